@@ -1,0 +1,13 @@
+# The ticketflow services (gateway, worker, feature jobs); Triton runs from NVIDIA's image.
+FROM python:3.11-slim
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY schemas schemas
+COPY streams streams
+COPY agents agents
+COPY inference_gateway inference_gateway
+COPY feature_jobs feature_jobs
+COPY ticketflow ticketflow
+RUN pip install --no-cache-dir .
+ENV TICKETFLOW_STATE_DIR=/var/lib/ticketflow
+CMD ["ticketflow", "--help"]

@@ -1,0 +1,50 @@
+# ticketflow: `make demo` and `make test` do all the set-up on a fresh machine, idempotently.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+WEIGHTS := inference_gateway/model_repository/ticket_classifier/1/weights.npz
+
+.PHONY: setup venv redis kafka model demo test test-unit lint down clean
+
+setup: venv redis kafka model
+
+venv: $(STAMP)
+$(STAMP):
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[train,dev]"
+	rm -f $(VENV)/.installed-*; touch $@
+
+# Debian's redis-server, installed only when missing
+redis:
+	@command -v redis-server >/dev/null 2>&1 || \
+	  ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server)
+
+# the Kafka broker's jars, fetched by Maven into the state folder (cached)
+kafka: venv
+	$(BIN)/python -m ticketflow.stack fetch
+
+# the default model, trained from the generated corpus (skipped when up to date)
+model: venv
+	$(BIN)/python -m inference_gateway.model.train
+
+demo: setup
+	$(BIN)/ticketflow demo
+
+lint: venv
+	$(BIN)/ruff check .
+
+test: setup lint
+	$(BIN)/ticketflow stack up
+	$(BIN)/pytest -q -ra
+
+test-unit: venv
+	$(BIN)/pytest -q tests/unit
+
+down:
+	-$(BIN)/ticketflow stack down
+
+clean: down
+	rm -rf .stack

@@ -1,0 +1,19 @@
+"""The workflow layer's Prometheus metrics (names are a contract: DESIGN.md)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+_LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+WORKFLOW_DURATION = Histogram(
+    "workflow_duration_seconds", "From arrival to result, per ticket", buckets=_LATENCY
+)
+STEP_DURATION = Histogram(
+    "workflow_step_duration_seconds", "Time spent in one step", ["step"], buckets=_LATENCY
+)
+TICKETS = Counter("workflow_tickets_total", "Tickets completed, by route", ["route"])
+DLQ = Counter("dlq_records_total", "Records dead-lettered", ["step", "error_class"])
+RETRIES = Counter("retries_total", "Step attempts sent to a retry tier", ["step"])
+DUPLICATES = Counter("workflow_duplicates_total", "Second arrivals of a ticket_id, dropped")
+BREAKER = Gauge("circuit_breaker_state", "0 closed, 1 half-open, 2 open", ["target"])

@@ -1,0 +1,1 @@
+"""Step handlers, one per step type; the engine looks them up by the definition's names."""

@@ -1,0 +1,71 @@
+"""The workflow worker: builds the Faust app with one agent per step and runs it."""
+
+from __future__ import annotations
+
+import logging
+
+import faust
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from agents.definition import load_definition
+from agents.engine import Dependencies, WorkflowEngine
+from feature_jobs.reader import OnlineFeatureReader
+from feature_jobs.views import VIEWS
+from inference_gateway.client import GatewayClient
+from streams.admin import ensure_topics, pipeline_topics
+from streams.app import create_app
+from streams.settings import Settings
+from streams.topics import Topics
+
+log = logging.getLogger(__name__)
+
+
+def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
+    definition = load_definition(settings.workflow_file)
+    app = create_app(settings)
+    deps = Dependencies(
+        gateway=GatewayClient(settings.gateway_url),
+        features=OnlineFeatureReader(settings.redis_url, VIEWS),
+    )
+    engine = WorkflowEngine(app, definition, settings, deps)
+    engine.build()
+    # our topics get their partition counts and configs before Faust would auto-create them
+    steps = [s.name for s in definition.steps[1:]]
+    ensure_topics(
+        settings, pipeline_topics(Topics(settings.topic_prefix), steps, definition.routes)
+    )
+
+    @app.page("/metrics")
+    async def _metrics(web, request):
+        return web.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST)
+
+    @app.page("/ready")
+    async def _ready(web, request):
+        # ready = partitions assigned and every table restored from its changelog
+        recovered = app.tables.recovery.completed.is_set()
+        assigned = bool(app.consumer.assignment()) if app.consumer else False
+        ok = recovered and assigned and not app.rebalancing
+        return web.json(
+            {"ready": ok, "recovered": recovered, "assigned": assigned}, status=200 if ok else 503
+        )
+
+    @app.page("/ticket/{ticket_id}")
+    @app.table_route(table=engine.state, match_info="ticket_id")
+    async def _ticket(web, request, ticket_id: str):
+        state = engine.state.get(ticket_id)
+        if state is None:
+            return web.json({"error": f"unknown ticket {ticket_id}"}, status=404)
+        return web.json(state)
+
+    @app.on_shutdown.connect
+    async def _close(*_args, **_kwargs) -> None:
+        await deps.gateway.close()
+        await deps.features.close()
+
+    return app, engine
+
+
+def run_worker(settings: Settings, loglevel: str = "warning") -> None:
+    app, _ = build_worker(settings)
+    worker = faust.Worker(app, loglevel=loglevel, quiet=True)
+    worker.execute_from_commandline()

@@ -1,0 +1,284 @@
+"""A dynamic batcher for one (model, version): many callers' inputs, few calls to Triton.
+
+Callers `await submit(texts, deadline)`; one worker task merges what is queued into batches
+of at most `max_batch_size` inputs, sending a batch when it is full or when its oldest input
+has waited `max_queue_delay_us`, with up to `max_inflight_batches` batches at Triton at once
+(so the next batch fills while the previous ones compute). The queue is bounded: a submit
+that does not fit is answered OVERLOADED at once instead of waiting, and an input whose
+deadline has passed is dropped before it is sent and answered TIMEOUT.
+
+Deadlines are absolute `time.monotonic()` seconds (the clock of asyncio's default loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from inference_gateway import metrics
+from inference_gateway.errors import ErrorCode, GatewayError
+
+log = logging.getLogger(__name__)
+
+# (texts, timeout_s) -> scores [len(texts), k]; a TritonClient.infer bound to model and version
+InferFn = Callable[[list[str], float], Awaitable[np.ndarray]]
+
+
+@dataclass(eq=False)
+class _Request:
+    """One caller's submit: answered when every one of its inputs has its scores."""
+
+    texts: Sequence[str]
+    deadline: float
+    future: asyncio.Future[np.ndarray]
+    enqueued_at: float
+    pending: int
+    scores: np.ndarray | None = None
+
+    def fail(self, error: GatewayError) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+
+    def fill(self, start: int, rows: np.ndarray) -> None:
+        if self.future.done():
+            return
+        if self.scores is None:
+            self.scores = np.empty((len(self.texts), rows.shape[1]), dtype=rows.dtype)
+        self.scores[start : start + len(rows)] = rows
+        self.pending -= len(rows)
+        if self.pending == 0:
+            self.future.set_result(self.scores)
+
+
+@dataclass(eq=False)
+class _Slice:
+    """Inputs [start, stop) of a request; a request larger than a batch spans several."""
+
+    request: _Request
+    start: int
+    stop: int
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass
+class BatcherStats:
+    """Counters for tests and debugging (Prometheus has the same as metrics)."""
+
+    batches: int = 0
+    # the latest sizes only, so a long-running gateway does not grow it forever
+    batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=4096))
+    dropped_expired: int = 0
+    rejected_full: int = 0
+
+
+class DynamicBatcher:
+    def __init__(
+        self,
+        infer: InferFn,
+        *,
+        model: str,
+        version: str,
+        max_batch_size: int = 32,
+        max_queue_delay_us: int = 2000,
+        max_queue_size: int = 1024,
+        max_inflight_batches: int = 2,
+    ) -> None:
+        self.model = model
+        self.version = version
+        self.max_batch_size = max_batch_size
+        self.max_queue_size = max_queue_size
+        self._infer = infer
+        self._delay_s = max_queue_delay_us / 1e6
+        self._queue: deque[_Slice] = deque()
+        self._depth = 0  # inputs in the queue
+        self._wakeup = asyncio.Event()
+        self._slots = asyncio.Semaphore(max_inflight_batches)
+        self._worker: asyncio.Task[None] | None = None
+        self._dispatches: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self.stats = BatcherStats()
+
+    @property
+    def depth(self) -> int:
+        return self._depth
+
+    async def submit(self, texts: Sequence[str], deadline: float) -> np.ndarray:
+        """Scores [len(texts), k] for `texts`, or a `GatewayError` (OVERLOADED, TIMEOUT, ...)."""
+        request = self._admit(texts, deadline)
+        self._ensure_worker()
+        try:
+            scores = await asyncio.wait_for(request.future, deadline - time.monotonic())
+        except asyncio.TimeoutError:
+            # wait_for cancelled the future: its inputs are dropped if still queued
+            raise GatewayError(ErrorCode.TIMEOUT, self._timeout_message(request)) from None
+        metrics.INFERENCE_LATENCY.labels(self.model, self.version).observe(
+            time.monotonic() - request.enqueued_at
+        )
+        return scores
+
+    def _admit(self, texts: Sequence[str], deadline: float) -> _Request:
+        n = len(texts)
+        if self._closed:
+            raise GatewayError(ErrorCode.MODEL_UNAVAILABLE, "the gateway is shutting down")
+        if n == 0 or n > self.max_queue_size:
+            raise GatewayError(
+                ErrorCode.INVALID_INPUT, f"{n} inputs; a request holds 1 to {self.max_queue_size}"
+            )
+        if self._depth + n > self.max_queue_size:
+            # never wait for room: a caller that is told at once can back off and retry
+            self.stats.rejected_full += 1
+            raise GatewayError(
+                ErrorCode.OVERLOADED,
+                f"queue of {self.model} {self.version} is full "
+                f"({self._depth} of {self.max_queue_size} inputs waiting)",
+            )
+        now = time.monotonic()
+        if deadline <= now:
+            raise GatewayError(ErrorCode.TIMEOUT, "the deadline passed before the request queued")
+        future: asyncio.Future[np.ndarray] = asyncio.get_running_loop().create_future()
+        request = _Request(texts, deadline, future, enqueued_at=now, pending=n)
+        self._queue.append(_Slice(request, 0, n))
+        self._change_depth(n)
+        self._wakeup.set()
+        return request
+
+    def _timeout_message(self, request: _Request) -> str:
+        waited_ms = (time.monotonic() - request.enqueued_at) * 1000
+        return (
+            f"no answer from {self.model} {self.version} within the deadline ({waited_ms:.0f} ms)"
+        )
+
+    def _change_depth(self, delta: int) -> None:
+        self._depth += delta
+        metrics.QUEUE_DEPTH.labels(self.model).inc(delta)
+
+    def _ensure_worker(self) -> None:
+        # started lazily, on the loop of the first caller; restarted if it ever died
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.create_task(
+                self._run(), name=f"batcher-{self.model}-{self.version}"
+            )
+
+    async def _run(self) -> None:
+        while True:
+            await self._wait_for_inputs()
+            # a free slot first: while all slots are busy the queue keeps filling the next batch
+            await self._slots.acquire()
+            try:
+                await self._wait_until_full_or_due()
+                batch = self._take_batch()
+            except BaseException:
+                self._slots.release()
+                raise
+            if not batch:
+                self._slots.release()
+                continue
+            task = asyncio.create_task(self._dispatch(batch))
+            self._dispatches.add(task)
+            task.add_done_callback(self._dispatches.discard)
+
+    async def _wait_for_inputs(self) -> None:
+        while not self._queue:
+            self._wakeup.clear()
+            await self._wakeup.wait()
+
+    async def _wait_until_full_or_due(self) -> None:
+        while self._depth < self.max_batch_size:
+            due = self._queue[0].request.enqueued_at + self._delay_s
+            left = due - time.monotonic()
+            if left <= 0:
+                return
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), left)
+            except asyncio.TimeoutError:
+                return
+
+    def _take_batch(self) -> list[_Slice]:
+        """Pop up to max_batch_size live inputs off the queue, answering expired ones TIMEOUT."""
+        batch: list[_Slice] = []
+        room = self.max_batch_size
+        now = time.monotonic()
+        while self._queue and room > 0:
+            piece = self._queue[0]
+            request = piece.request
+            if request.future.done() or request.deadline <= now:
+                self._queue.popleft()
+                self._change_depth(-len(piece))
+                self._drop(request)
+                continue
+            if len(piece) > room:
+                # split: the rest stays at the head and leads the next batch
+                batch.append(_Slice(request, piece.start, piece.start + room))
+                piece.start += room
+                self._change_depth(-room)
+                break
+            self._queue.popleft()
+            self._change_depth(-len(piece))
+            batch.append(piece)
+            room -= len(piece)
+        return batch
+
+    def _drop(self, request: _Request) -> None:
+        if not request.future.done():
+            self.stats.dropped_expired += 1
+            request.fail(GatewayError(ErrorCode.TIMEOUT, self._timeout_message(request)))
+
+    async def _dispatch(self, batch: list[_Slice]) -> None:
+        try:
+            texts = [t for s in batch for t in s.request.texts[s.start : s.stop]]
+            self.stats.batches += 1
+            self.stats.batch_sizes.append(len(texts))
+            metrics.BATCH_SIZE.labels(self.model).observe(len(texts))
+            # the latest deadline of the batch: no input is cut short by an earlier one
+            timeout_s = max(s.request.deadline for s in batch) - time.monotonic()
+            scores = await self._call(texts, max(timeout_s, 0.001))
+            offset = 0
+            for piece in batch:
+                piece.request.fill(piece.start, scores[offset : offset + len(piece)])
+                offset += len(piece)
+        except Exception as error:
+            if not isinstance(error, GatewayError):
+                log.exception("batch of %s %s failed", self.model, self.version)
+                error = GatewayError(ErrorCode.INTERNAL, f"batch failed: {error!r}")
+            for piece in batch:
+                piece.request.fail(error)
+        finally:
+            self._slots.release()
+
+    async def _call(self, texts: list[str], timeout_s: float) -> np.ndarray:
+        try:
+            scores = await self._infer(texts, timeout_s)
+        except GatewayError:
+            raise
+        except Exception as error:
+            log.exception("inference call of %s %s failed", self.model, self.version)
+            raise GatewayError(ErrorCode.INTERNAL, f"inference failed: {error!r}") from error
+        if len(scores) != len(texts):
+            raise GatewayError(
+                ErrorCode.INTERNAL, f"{len(scores)} rows of scores for {len(texts)} inputs"
+            )
+        return scores
+
+    async def close(self) -> None:
+        """Stop: queued inputs are answered MODEL_UNAVAILABLE, batches at Triton finish."""
+        self._closed = True
+        if self._worker is not None:
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
+        while self._queue:
+            piece = self._queue.popleft()
+            self._change_depth(-len(piece))
+            piece.request.fail(GatewayError(ErrorCode.MODEL_UNAVAILABLE, "the batcher closed"))
+        if self._dispatches:
+            await asyncio.gather(*self._dispatches, return_exceptions=True)

@@ -1,0 +1,148 @@
+"""The HTTP client of the gateway, for the workflow's `infer` step.
+
+    async with GatewayClient("http://127.0.0.1:8088") as gateway:
+        response = await gateway.predict("ticket_classifier", inputs, timeout_ms=300)
+
+Every failure is a `GatewayError(code, message, retryable)`: the error body the gateway sent,
+TIMEOUT when no answer came in time, MODEL_UNAVAILABLE (retryable) when the gateway could
+not be reached. One `aiohttp.ClientSession` is kept for the client's life, so connections
+are pooled and kept alive between calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import aiohttp
+import orjson
+from pydantic import ValidationError
+
+from inference_gateway.config import DEFAULT_GATEWAY_URL
+from inference_gateway.errors import ErrorCode, GatewayError
+from schemas.gateway import ErrorResponse, PredictInput, PredictResponse
+
+# an error status whose body is not ours (a proxy's, say) -> the code it most likely means
+_STATUS_CODES = {
+    400: ErrorCode.INVALID_INPUT,
+    404: ErrorCode.INVALID_INPUT,
+    413: ErrorCode.INVALID_INPUT,
+    429: ErrorCode.OVERLOADED,
+    502: ErrorCode.MODEL_UNAVAILABLE,
+    503: ErrorCode.MODEL_UNAVAILABLE,
+    504: ErrorCode.TIMEOUT,
+}
+
+
+class GatewayClient:
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        session: aiohttp.ClientSession | None = None,
+        max_connections: int = 100,
+        grace_ms: int = 50,
+    ) -> None:
+        """`base_url` defaults to TICKETFLOW_GATEWAY_URL; a given `session` is not closed here.
+
+        `grace_ms`: how much longer than `timeout_ms` to wait for the gateway's answer, so its
+        own TIMEOUT (which says where the time went) normally arrives before ours.
+        """
+        self.base_url = base_url or os.environ.get("TICKETFLOW_GATEWAY_URL", DEFAULT_GATEWAY_URL)
+        self.base_url = self.base_url.rstrip("/")
+        self._session = session
+        self._owns_session = session is None
+        self._max_connections = max_connections
+        self._grace_ms = grace_ms
+
+    def _http(self) -> aiohttp.ClientSession:
+        # created lazily: a ClientSession belongs to the event loop it is created on
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self._max_connections, keepalive_timeout=30)
+            self._session = aiohttp.ClientSession(connector=connector)
+            self._owns_session = True
+        return self._session
+
+    async def predict(
+        self,
+        model: str,
+        inputs: Sequence[PredictInput],
+        timeout_ms: int,
+        version: str | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+    ) -> PredictResponse:
+        """Classify `inputs` with `model`; `version` pins one, else the routing config picks.
+
+        `headers` travel with the request (a W3C `traceparent`, say).
+        """
+        payload: dict[str, Any] = {
+            "inputs": [item.model_dump(mode="json") for item in inputs],
+            "timeout_ms": timeout_ms,
+        }
+        if version is not None:
+            payload["version"] = version
+        status, body = await self._post(
+            f"/v1/models/{model}/predict", orjson.dumps(payload), timeout_ms, headers
+        )
+        if status != 200:
+            raise error_from_response(status, body)
+        try:
+            return PredictResponse.model_validate_json(body)
+        except ValidationError as error:
+            raise GatewayError(ErrorCode.INTERNAL, f"malformed gateway answer: {error}") from None
+
+    async def _post(
+        self, path: str, data: bytes, timeout_ms: int, headers: Mapping[str, str] | None
+    ) -> tuple[int, bytes]:
+        timeout = aiohttp.ClientTimeout(total=(timeout_ms + self._grace_ms) / 1000)
+        all_headers = {"Content-Type": "application/json", **(headers or {})}
+        url = self.base_url + path
+        try:
+            async with self._http().post(url, data=data, headers=all_headers, timeout=timeout) as r:
+                return r.status, await r.read()
+        except asyncio.TimeoutError:
+            # before ClientError: aiohttp's own timeouts are both
+            raise GatewayError(
+                ErrorCode.TIMEOUT, f"no answer from the gateway within {timeout_ms} ms"
+            ) from None
+        except aiohttp.ClientError as error:
+            # refused, reset, disconnected: the gateway is down or restarting; another try may work
+            raise GatewayError(
+                ErrorCode.MODEL_UNAVAILABLE,
+                f"gateway at {self.base_url} unreachable: {error}",
+                retryable=True,
+            ) from None
+
+    async def ready(self, timeout_ms: int = 2000) -> bool:
+        """Does the gateway's /readyz pass? Never raises."""
+        timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000)
+        try:
+            async with self._http().get(self.base_url + "/readyz", timeout=timeout) as r:
+                return r.status == 200
+        except (asyncio.TimeoutError, aiohttp.ClientError):
+            return False
+
+    async def close(self) -> None:
+        if self._session is not None and self._owns_session:
+            await self._session.close()
+        self._session = None
+
+    async def __aenter__(self) -> GatewayClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+def error_from_response(status: int, body: bytes) -> GatewayError:
+    """The `GatewayError` of an error answer: its body's, or one guessed from the status."""
+    try:
+        error = ErrorResponse.model_validate(orjson.loads(body)).error
+        return GatewayError(error.code, error.message, error.retryable)
+    except (orjson.JSONDecodeError, ValidationError):
+        code = _STATUS_CODES.get(status, ErrorCode.INTERNAL)
+        snippet = body[:200].decode("utf-8", "replace")
+        return GatewayError(code, f"gateway answered HTTP {status}: {snippet}")

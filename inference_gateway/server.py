@@ -1,0 +1,184 @@
+"""The gateway's HTTP API on aiohttp (DESIGN.md, "Inference gateway API").
+
+    POST /v1/models/{model}/predict   PredictRequest -> PredictResponse, or an error body
+    GET  /healthz                     the process is alive
+    GET  /readyz                      Triton is ready and a real test inference passed
+    GET  /metrics                     Prometheus text format
+
+Errors are `{"error": {"code", "message", "retryable"}}` with the code's HTTP status. On
+SIGTERM the gateway drains: new predicts get 503 MODEL_UNAVAILABLE (retryable, so callers
+go elsewhere or retry), admitted ones finish, then it exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Any
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from pydantic import ValidationError
+
+from inference_gateway import metrics
+from inference_gateway.config import GatewayConfig
+from inference_gateway.errors import ErrorCode, GatewayError
+from inference_gateway.routing import Router
+from inference_gateway.service import InferenceBackend, InferenceService
+from inference_gateway.triton import TritonClient
+from schemas.gateway import PredictRequest
+
+log = logging.getLogger(__name__)
+
+SERVICE = web.AppKey("service", InferenceService)
+
+# the most validation errors named in one INVALID_INPUT message
+_MAX_FIELD_ERRORS = 5
+
+
+def create_app(
+    config: GatewayConfig,
+    backend: InferenceBackend | None = None,
+    router: Router | None = None,
+) -> web.Application:
+    """The aiohttp application; `backend` defaults to a `TritonClient` at `config.triton_url`."""
+    service = InferenceService(backend or TritonClient(config.triton_url), config, router)
+    app = web.Application(client_max_size=config.max_body_bytes)
+    app[SERVICE] = service
+    app.router.add_post("/v1/models/{model}/predict", predict)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", prometheus_metrics)
+    app.on_cleanup.append(_close_service)
+    return app
+
+
+async def _close_service(app: web.Application) -> None:
+    await app[SERVICE].close()
+
+
+def json_response(payload: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(payload), status=status, content_type="application/json")
+
+
+def error_response(error: GatewayError) -> web.Response:
+    return json_response(error.to_body(), status=error.http_status)
+
+
+async def predict(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    model = request.match_info["model"]
+    # only known names become label values: a caller must not grow the metric without bound
+    label = model if model in service.router.models else "unknown"
+    try:
+        payload = await service.predict(model, parse_predict(await _read_body(request)))
+    except GatewayError as error:
+        metrics.REQUESTS.labels(label, error.code.value).inc()
+        return error_response(error)
+    except Exception:
+        log.exception("predict for %s failed", model)
+        metrics.REQUESTS.labels(label, ErrorCode.INTERNAL.value).inc()
+        return error_response(GatewayError(ErrorCode.INTERNAL, "unexpected gateway error"))
+    metrics.REQUESTS.labels(label, "ok").inc()
+    return json_response(payload)
+
+
+async def _read_body(request: web.Request) -> bytes:
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge as error:
+        raise GatewayError(
+            ErrorCode.INVALID_INPUT, f"request body too large: {error.text}"
+        ) from None
+
+
+def parse_predict(body: bytes) -> PredictRequest:
+    """The request, or INVALID_INPUT naming the offending fields (never echoing the text)."""
+    try:
+        return PredictRequest.model_validate_json(body)
+    except ValidationError as error:
+        problems = [
+            f"{'.'.join(str(part) for part in e['loc']) or 'body'}: {e['msg']}"
+            for e in error.errors(include_url=False, include_input=False)
+        ]
+        more = len(problems) - _MAX_FIELD_ERRORS
+        message = "; ".join(problems[:_MAX_FIELD_ERRORS]) + (
+            f"; and {more} more" if more > 0 else ""
+        )
+        raise GatewayError(ErrorCode.INVALID_INPUT, message) from None
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    ready, report = await request.app[SERVICE].readiness()
+    return json_response(report, status=200 if ready else 503)
+
+
+async def prometheus_metrics(request: web.Request) -> web.Response:
+    return web.Response(
+        body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST}
+    )
+
+
+class GatewayServer:
+    """The app bound to `config.host`:`config.port` (0 picks a free port), with a drain on stop."""
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        backend: InferenceBackend | None = None,
+        router: Router | None = None,
+    ) -> None:
+        self.config = config
+        self.app = create_app(config, backend, router)
+        self._runner = web.AppRunner(self.app, handle_signals=False, access_log=None)
+        self.port: int | None = None
+
+    @property
+    def service(self) -> InferenceService:
+        return self.app[SERVICE]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.config.host}:{self.port}"
+
+    async def start(self) -> None:
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        log.info("gateway listening on %s, Triton at %s", self.url, self.config.triton_url)
+
+    async def stop(self) -> None:
+        """Drain (503 to new predicts, admitted ones finish), then close everything."""
+        await self.service.drain(self.config.shutdown_grace_s)
+        await self._runner.cleanup()
+
+    async def __aenter__(self) -> GatewayServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+
+async def serve(config: GatewayConfig, backend: InferenceBackend | None = None) -> None:
+    """Run until SIGTERM or SIGINT, then drain and return."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with GatewayServer(config, backend):
+        await stop.wait()
+        log.info("signal received: draining")
+    log.info("gateway stopped")
+
+
+def run(host: str | None = None, port: int | None = None, **overrides: Any) -> None:
+    """Serve with settings from the environment; arguments that are not None win."""
+    asyncio.run(serve(GatewayConfig.from_env(host=host, port=port, **overrides)))

@@ -1,0 +1,199 @@
+"""Records on the ticket topics: `Ticket` in, `Envelope` between steps, `TicketResult` out."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+TicketId = Annotated[
+    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
+]
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Category(str, Enum):
+    billing = "billing"
+    after_sales = "after_sales"
+    technical = "technical"
+    account = "account"
+    shipping = "shipping"
+    general = "general"
+
+
+# The order of the classifier's SCORES output; shared by training, serving and the gateway.
+CATEGORIES: tuple[str, ...] = tuple(c.value for c in Category)
+
+
+class Channel(str, Enum):
+    email = "email"
+    chat = "chat"
+    web = "web"
+    phone = "phone"
+    api = "api"
+
+
+class Ticket(BaseModel):
+    """What producers publish to `tickets.in`, keyed by `ticket_id`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ticket_id: TicketId
+    text: Annotated[str, StringConstraints(min_length=1, max_length=20_000)]
+    user_id: str | None = Field(None, max_length=128)
+    channel: Channel | None = None
+    language: str | None = Field(None, max_length=16)
+    created_at: datetime
+    metadata: dict[str, str] = Field(default_factory=dict)
+
+
+class StepStatus(str, Enum):
+    ok = "ok"
+    degraded = "degraded"
+    failed = "failed"
+    retrying = "retrying"
+    skipped = "skipped"
+
+
+class DecisionStep(BaseModel):
+    """One entry of a decision path: what a step did for a ticket."""
+
+    step: str
+    status: StepStatus
+    attempt: int = Field(1, ge=1)
+    latency_ms: float = Field(ge=0)
+    detail: str | None = None
+
+
+class FeatureValue(BaseModel):
+    value: Any
+    is_fallback: bool = False
+
+
+class Prediction(BaseModel):
+    category: Category
+    confidence: float = Field(ge=0, le=1)
+    scores: dict[str, float] = Field(default_factory=dict)
+    model_name: str
+    model_version: str
+
+
+class RuleOutcome(BaseModel):
+    route: str
+    category: Category
+    fired: list[str] = Field(default_factory=list)
+    reason: str | None = None
+
+
+class Context(BaseModel):
+    """What the steps have accumulated for a ticket so far."""
+
+    clean_text: str | None = None
+    features: dict[str, FeatureValue] = Field(default_factory=dict)
+    prediction: Prediction | None = None
+    degraded: bool = False
+    degraded_reason: str | None = None
+    rule: RuleOutcome | None = None
+
+
+class Envelope(BaseModel):
+    """A ticket in flight, on `tickets.step.<step>` and `tickets.retry.<delay_ms>`."""
+
+    ticket: Ticket
+    workflow: str
+    workflow_version: int
+    step: str
+    attempt: int = Field(1, ge=1)
+    trace_id: str
+    # where this arrival entered (`partition:offset` of tickets.in): tells a redelivery of
+    # the same record from a second publish of the same ticket_id
+    arrival: str
+    started_at: datetime
+    # for the retry tiers: when the envelope is due back at `step`
+    not_before: datetime | None = None
+    context: Context = Field(default_factory=Context)
+    path: list[DecisionStep] = Field(default_factory=list)
+
+
+class TicketResult(BaseModel):
+    """The one result of a ticket, on `tickets.out.<route>`."""
+
+    ticket_id: TicketId
+    route: str
+    category: Category
+    confidence: float = Field(ge=0, le=1)
+    model_name: str | None
+    model_version: str | None
+    degraded: bool = False
+    degraded_reason: str | None = None
+    features: dict[str, FeatureValue] = Field(default_factory=dict)
+    decision_path: list[DecisionStep]
+    latency_ms: float = Field(ge=0)
+    completed_at: datetime
+    trace_id: str | None = None
+    workflow: str | None = None
+    workflow_version: int | None = None
+
+
+class ReviewDecision(BaseModel):
+    """A reviewer's decision for a ticket in `manual_review`, on `tickets.review.decisions`."""
+
+    ticket_id: TicketId
+    category: Category
+    reviewer: str = "anonymous"
+    note: str | None = Field(None, max_length=2000)
+    decided_at: datetime = Field(default_factory=utcnow)
+
+
+class AuditRecord(BaseModel):
+    """One step's audit entry on `tickets.audit`: never the raw text, only its SHA-256."""
+
+    ticket_id: TicketId
+    trace_id: str
+    workflow: str
+    workflow_version: int
+    step: str
+    outcome: StepStatus
+    attempt: int = Field(1, ge=1)
+    latency_ms: float = Field(ge=0)
+    input_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    model_version: str | None = None
+    detail: str | None = None
+    at: datetime = Field(default_factory=utcnow)
+
+
+class ErrorClass(str, Enum):
+    DESERIALIZATION = "DESERIALIZATION"
+    SCHEMA_VALIDATION = "SCHEMA_VALIDATION"
+    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+    INFERENCE_INVALID_INPUT = "INFERENCE_INVALID_INPUT"
+    RETRIES_EXHAUSTED = "RETRIES_EXHAUSTED"
+    WORKFLOW_DEADLINE = "WORKFLOW_DEADLINE"
+    INTERNAL = "INTERNAL"
+
+
+class DriftReport(BaseModel):
+    """A drift check's verdict for one feature view, on `features.drift`."""
+
+    view: str
+    checked_at: datetime = Field(default_factory=utcnow)
+    sample_size: int = Field(ge=0)
+    excluded_fallback: int = Field(0, ge=0)
+    drifted: bool
+    features: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+TicketStatusName = Literal[
+    "received",
+    "running",
+    "waiting_retry",
+    "awaiting_review",
+    "completed",
+    "degraded",
+    "dead_lettered",
+]

@@ -1,0 +1,45 @@
+"""Topic creation with the configured partition counts and per-topic configs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from streams.settings import Settings
+from streams.topics import AUDIT_RETENTION_MS, Topics
+
+RETRY_TIERS_MS = (200, 400, 800, 1600, 3200)
+
+
+def pipeline_topics(topics: Topics, steps: Iterable[str], routes: Iterable[str]) -> dict[str, dict]:
+    """Every topic of a workflow, mapped to its topic-level config."""
+    names: dict[str, dict] = {topics.tickets_in: {}, topics.dlq: {}, topics.dlq_parked: {}}
+    names.update({topics.step(s): {} for s in steps})
+    names.update({topics.retry(d): {} for d in RETRY_TIERS_MS})
+    names.update({topics.out(r): {} for r in routes})
+    names[topics.review_decisions] = {}
+    names[topics.audit] = {"retention.ms": str(AUDIT_RETENTION_MS)}
+    names[topics.config_routing] = {"cleanup.policy": "compact"}
+    names[topics.features_drift] = {}
+    return names
+
+
+def ensure_topics(settings: Settings, wanted: dict[str, dict], timeout_s: float = 30) -> list[str]:
+    """Create the topics that do not exist yet; return the names created."""
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    existing = set(admin.list_topics(timeout=timeout_s).topics)
+    new = [
+        NewTopic(name, num_partitions=settings.partitions, replication_factor=1, config=cfg)
+        for name, cfg in wanted.items()
+        if name not in existing
+    ]
+    if not new:
+        return []
+    for _name, future in admin.create_topics(new, operation_timeout=timeout_s).items():
+        try:
+            future.result()
+        except Exception as exc:  # an already-existing topic is fine: someone raced us
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise
+    return [t.topic for t in new]

@@ -1,0 +1,60 @@
+"""Settings shared by every service, read from `TICKETFLOW_*` environment variables (or `.env`).
+
+The names and defaults are a contract (DESIGN.md, "Settings and default ports").
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from urllib.parse import urlparse
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TICKETFLOW_", env_file=".env", extra="ignore")
+
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    topic_prefix: str = ""
+    partitions: int = Field(4, ge=1, le=256)
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    triton_grpc: str = "127.0.0.1:8001"
+    triton_http_port: int = 8000
+    triton_metrics_port: int = 8002
+    gateway_url: str = "http://127.0.0.1:8088"
+    state_dir: Path = REPO_ROOT / ".stack"
+    # the Faust worker's web port (table views, /metrics); 0 picks a free one
+    worker_web_port: int = 6066
+    max_record_bytes: int = 64 * 1024
+    workflow_file: Path = REPO_ROOT / "agents" / "workflows" / "ticket_classify.yaml"
+    # Kafka controller port of the local single-node KRaft stack
+    kafka_controller_port: int = 9093
+
+    @property
+    def kafka_host_port(self) -> tuple[str, int]:
+        host, _, port = self.kafka_bootstrap.split(",")[0].rpartition(":")
+        return host or "127.0.0.1", int(port)
+
+    @property
+    def redis_host_port(self) -> tuple[str, int]:
+        url = urlparse(self.redis_url)
+        return url.hostname or "127.0.0.1", url.port or 6379
+
+    @property
+    def triton_grpc_host_port(self) -> tuple[str, int]:
+        host, _, port = self.triton_grpc.rpartition(":")
+        return host or "127.0.0.1", int(port)
+
+    @property
+    def gateway_host_port(self) -> tuple[str, int]:
+        url = urlparse(self.gateway_url)
+        return url.hostname or "127.0.0.1", url.port or 8088
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

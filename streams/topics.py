@@ -1,0 +1,52 @@
+"""The topic registry: every topic name the system uses, with the deployment's prefix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+AUDIT_RETENTION_MS = 180 * 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class Topics:
+    prefix: str = ""
+
+    def _name(self, name: str) -> str:
+        return f"{self.prefix}{name}"
+
+    @property
+    def tickets_in(self) -> str:
+        return self._name("tickets.in")
+
+    def step(self, step: str) -> str:
+        return self._name(f"tickets.step.{step}")
+
+    def retry(self, delay_ms: int) -> str:
+        return self._name(f"tickets.retry.{delay_ms}")
+
+    def out(self, route: str) -> str:
+        return self._name(f"tickets.out.{route}")
+
+    @property
+    def dlq(self) -> str:
+        return self._name("tickets.dlq")
+
+    @property
+    def dlq_parked(self) -> str:
+        return self._name("tickets.dlq.parked")
+
+    @property
+    def review_decisions(self) -> str:
+        return self._name("tickets.review.decisions")
+
+    @property
+    def audit(self) -> str:
+        return self._name("tickets.audit")
+
+    @property
+    def config_routing(self) -> str:
+        return self._name("config.routing")
+
+    @property
+    def features_drift(self) -> str:
+        return self._name("features.drift")

@@ -1,0 +1,50 @@
+"""Integration fixtures: the real Kafka, Redis and Triton of `ticketflow stack up`.
+
+The stack is started once per run (by `make test`, or here if it is not up). The gateway
+and one worker are started once per session on a topic prefix of their own, so a run
+never sees another run's records.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from streams.settings import Settings
+from ticketflow import services, stack
+
+RUN = uuid.uuid4().hex[:8]
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    prefix = f"it{RUN}."
+    env = {"TICKETFLOW_TOPIC_PREFIX": prefix, "TICKETFLOW_WORKER_WEB_PORT": "6166"}
+    os.environ.update(env)
+    return Settings()
+
+
+@pytest.fixture(scope="session")
+def live_stack(settings: Settings) -> Settings:
+    stack.up(settings)
+    return settings
+
+
+@pytest.fixture(scope="session")
+def gateway(live_stack: Settings) -> Iterator[services.Service | None]:
+    if services.gateway_ready(live_stack):
+        yield None  # someone's gateway is already serving: use it
+        return
+    service = services.start_gateway(live_stack)
+    yield service
+    service.stop()
+
+
+@pytest.fixture(scope="session")
+def worker(live_stack: Settings, gateway) -> Iterator[services.Service]:
+    service = services.start_worker(live_stack, log_name=f"worker-{RUN}")
+    yield service
+    service.stop()

@@ -1,0 +1,165 @@
+"""Issue 2's acceptance: tickets through six steps, malformed records to the DLQ."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+import orjson
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from agents.steps.rules import REFUND
+from inference_gateway.model.corpus import generate
+from streams.topics import Topics
+
+pytestmark = pytest.mark.integration
+ROUTES = ("auto_classify", "manual_review", "after_sales")
+STEPS = ["validate", "clean", "features", "infer", "rules", "route"]
+
+
+def plain_producer(settings) -> Producer:
+    # a stock client with its own (librdkafka) partitioner, as a user's would be
+    return Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 5})
+
+
+def collect(settings, topics: list[str], want, timeout_s: float = 180) -> list:
+    """Records of `topics` (read_committed) until `want(records)` or the timeout."""
+    c = Consumer(
+        {
+            "bootstrap.servers": settings.kafka_bootstrap,
+            "group.id": f"t-{time.time()}",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    c.subscribe(topics)
+    out, deadline = [], time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline and not want(out):
+            msg = c.poll(0.5)
+            if msg is not None and not msg.error():
+                out.append(msg)
+        # a little longer, to catch duplicates that would arrive right after
+        end = time.monotonic() + 3
+        while time.monotonic() < end:
+            msg = c.poll(0.5)
+            if msg is not None and not msg.error():
+                out.append(msg)
+    finally:
+        c.close()
+    return out
+
+
+def tickets(n: int, tag: str, seed: int) -> list[dict]:
+    now = datetime.now(timezone.utc).isoformat()
+    return [
+        {
+            "ticket_id": f"{tag}-{i}",
+            "text": t["text"],
+            "user_id": f"u{i % 50}",
+            "channel": "email",
+            "created_at": now,
+            "_label": t["category"],
+        }
+        for i, t in enumerate(generate(n, seed=seed))
+    ]
+
+
+def test_a_thousand_tickets_each_yield_exactly_one_result(settings, worker):
+    topics = Topics(settings.topic_prefix)
+    batch = tickets(1000, "k", seed=20261202)
+    p = plain_producer(settings)
+    for t in batch:
+        body = {k: v for k, v in t.items() if not k.startswith("_")}
+        p.produce(topics.tickets_in, key=t["ticket_id"], value=orjson.dumps(body))
+    assert p.flush(30) == 0
+    msgs = collect(
+        settings,
+        [topics.out(r) for r in ROUTES],
+        lambda out: len({m.key() for m in out}) >= len(batch),
+    )
+    results = [orjson.loads(m.value()) for m in msgs]
+    ids = [r["ticket_id"] for r in results]
+    assert len(ids) == len(set(ids)), "a ticket produced two results"
+    assert set(ids) == {t["ticket_id"] for t in batch}
+    by_id = {t["ticket_id"]: t for t in batch}
+    correct = 0
+    for m, r in zip(msgs, results, strict=True):
+        assert m.topic() == topics.out(r["route"])
+        assert [s["step"] for s in r["decision_path"]] == STEPS
+        assert r["model_name"] == "ticket_classifier" and r["model_version"] == "v1"
+        text = by_id[r["ticket_id"]]["text"]
+        if REFUND.search(text):
+            assert r["route"] == "after_sales"
+        elif r["confidence"] < 0.5:
+            assert r["route"] == "manual_review"
+        else:
+            assert r["route"] == "auto_classify"
+        correct += r["category"] == by_id[r["ticket_id"]]["_label"]
+    assert correct / len(results) > 0.8, f"only {correct} of {len(results)} categories right"
+
+
+MALFORMED = {
+    "bad-utf8": (b"\xff\xfe\xfa not utf-8 at all", "DESERIALIZATION"),
+    "bad-json": (b'{"ticket_id": "bad-json", "text": ', "DESERIALIZATION"),
+    "no-text": (
+        b'{"ticket_id": "no-text", "created_at": "2026-01-01T00:00:00Z"}',
+        "SCHEMA_VALIDATION",
+    ),
+    "bad-id": (
+        b'{"ticket_id": "white space", "text": "x", "created_at": "2026-01-01T00:00:00Z"}',
+        "SCHEMA_VALIDATION",
+    ),
+    "too-large": (
+        orjson.dumps(
+            {"ticket_id": "too-large", "text": "x" * 70_000, "created_at": "2026-01-01T00:00:00Z"}
+        ),
+        "PAYLOAD_TOO_LARGE",
+    ),
+}
+
+
+def test_malformed_records_reach_the_dlq_unchanged_and_valid_ones_still_pass(settings, worker):
+    topics = Topics(settings.topic_prefix)
+    good = tickets(20, "m", seed=7)
+    p = plain_producer(settings)
+    for i, t in enumerate(good):
+        p.produce(
+            topics.tickets_in,
+            key=t["ticket_id"],
+            value=orjson.dumps({k: v for k, v in t.items() if not k.startswith("_")}),
+        )
+        if i % 4 == 0 and i // 4 < len(MALFORMED):
+            key, (raw, _) = list(MALFORMED.items())[i // 4]
+            p.produce(topics.tickets_in, key=f"mal-{key}", value=raw)
+    assert p.flush(30) == 0
+    dlq = collect(settings, [topics.dlq], lambda out: len(out) >= len(MALFORMED), 120)
+    by_key = {m.key().decode(): m for m in dlq}
+    assert set(by_key) == {f"mal-{k}" for k in MALFORMED}
+    for key, (raw, cls) in MALFORMED.items():
+        m = by_key[f"mal-{key}"]
+        headers = {k: v.decode() for k, v in m.headers()}
+        assert m.value() == raw, f"{key}: bytes changed"
+        assert headers["x-dlq-error-class"] == cls, key
+        assert headers["x-dlq-step"] == "validate"
+        assert headers["x-dlq-origin-topic"] == topics.tickets_in
+        for h in (
+            "x-dlq-reason",
+            "x-dlq-attempts",
+            "x-dlq-origin-partition",
+            "x-dlq-origin-offset",
+            "x-dlq-first-failed-at",
+            "traceparent",
+        ):
+            assert h in headers, h
+    out = collect(
+        settings,
+        [topics.out(r) for r in ROUTES],
+        lambda out: len({m.key() for m in out if m.key().startswith(b"m-")}) >= 20,
+        120,
+    )
+    assert {m.key().decode() for m in out if m.key().startswith(b"m-")} == {
+        t["ticket_id"] for t in good
+    }

@@ -1,0 +1,63 @@
+import copy
+
+import pytest
+import yaml
+
+from agents.definition import DefinitionError, load_definition, parse_definition
+from streams.settings import Settings
+
+DEFAULT = Settings().workflow_file
+
+
+def base():
+    return yaml.safe_load(DEFAULT.read_text())
+
+
+def test_the_default_workflow_loads():
+    d = load_definition(DEFAULT)
+    assert [s.name for s in d.steps] == ["validate", "clean", "features", "infer", "rules", "route"]
+    assert d.routes == ["after_sales", "auto_classify", "manual_review"]
+    assert d.step("infer").retry.max_attempts == 3 and d.deadline_ms == 2000
+
+
+def mutate(fn):
+    data = copy.deepcopy(base())
+    fn(data)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d["steps"][1].update(type="teleport"), "steps.clean.type"),
+        (lambda d: d["steps"][1].update(handler="nope"), "unknown handler 'nope'"),
+        (lambda d: d["steps"][4].update(rules=["refund_check", "magic"]), "unknown rule 'magic'"),
+        (lambda d: d["steps"][2].update(views=["nope"]), "unknown feature view 'nope'"),
+        (lambda d: d["steps"][3]["retry"].update(max_attempts=9), "steps.infer.retry.max_attempts"),
+        (lambda d: d["steps"][3]["retry"].update(max_attempts=0), "steps.infer.retry.max_attempts"),
+        (lambda d: d["steps"][4].update(threshold=1.5), "steps.rules.threshold"),
+        (lambda d: d["steps"][3].update(timeout_ms=-1), "steps.infer.timeout_ms"),
+        (lambda d: d["steps"][3].pop("model"), "needs `model`"),
+        (lambda d: d["steps"][2].update(next="clean"), "cycle"),
+        (lambda d: d["steps"][1].update(next="infer"), "unreachable steps ['features']"),
+        (lambda d: d["steps"][1].update(next="nowhere"), "unknown step 'nowhere'"),
+        (
+            lambda d: d["steps"].append(
+                {"name": "clean", "type": "processor", "handler": "text_cleaner"}
+            ),
+            "duplicate",
+        ),
+        (lambda d: d.update(deadline_ms="soon"), "deadline_ms"),
+    ],
+)
+def test_bad_definitions_are_refused_naming_the_field(change, message):
+    with pytest.raises(DefinitionError) as err:
+        parse_definition(mutate(change))
+    assert message in str(err.value)
+
+
+def test_unreadable_file(tmp_path):
+    bad = tmp_path / "wf.yaml"
+    bad.write_text("steps: [")
+    with pytest.raises(DefinitionError, match="cannot read"):
+        load_definition(bad)

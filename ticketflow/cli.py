@@ -1,0 +1,275 @@
+"""The `ticketflow` command line (DESIGN.md, "Command line")."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import urllib.error
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from streams.settings import Settings, get_settings
+from streams.topics import Topics
+
+app = typer.Typer(
+    help="ticketflow: classify and route support tickets on Kafka.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+stack_app = typer.Typer(help="The local Kafka, Redis and Triton.", no_args_is_help=True)
+dlq_app = typer.Typer(help="Inspect and replay the dead-letter topic.", no_args_is_help=True)
+config_app = typer.Typer(help="Validate and inspect configuration.", no_args_is_help=True)
+app.add_typer(stack_app, name="stack")
+app.add_typer(dlq_app, name="dlq")
+app.add_typer(config_app, name="config")
+console = Console()
+
+
+def _settings() -> Settings:
+    return get_settings()
+
+
+# ---- stack ----------------------------------------------------------------------------------
+
+
+@stack_app.command("up")
+def stack_up() -> None:
+    """Start Kafka, Redis and Triton (those not already running) and wait until healthy."""
+    from ticketflow import stack
+
+    stack.up(_settings())
+    stack_status()
+
+
+@stack_app.command("down")
+def stack_down() -> None:
+    """Stop what `stack up` started."""
+    from ticketflow import stack
+
+    stack.down(_settings())
+
+
+@stack_app.command("status")
+def stack_status() -> None:
+    """Health of each part of the local stack."""
+    from ticketflow import stack
+
+    table = Table("part", "health", "details")
+    healthy = True
+    for part in stack.status(_settings()):
+        info = vars(part) if hasattr(part, "__dict__") else dict(part._asdict())
+        ok = bool(info.get("healthy", info.get("up", False)))
+        healthy &= ok
+        details = ", ".join(
+            f"{k}={v}"
+            for k, v in info.items()
+            if k not in {"name", "healthy", "up"} and v is not None
+        )
+        table.add_row(str(info.get("name")), "[green]up[/]" if ok else "[red]down[/]", details)
+    console.print(table)
+    if not healthy:
+        raise typer.Exit(1)
+
+
+# ---- services -------------------------------------------------------------------------------
+
+
+@app.command()
+def worker(loglevel: str = "warning") -> None:
+    """Run a workflow worker (one Faust agent per step)."""
+    from agents.worker import run_worker
+
+    sys.argv = [sys.argv[0], "worker"]  # Faust's worker parses argv
+    run_worker(_settings(), loglevel=loglevel)
+
+
+@app.command()
+def gateway(
+    max_batch_size: Annotated[int, typer.Option(help="largest batch sent to Triton")] = 32,
+    max_queue_delay_us: Annotated[int, typer.Option(help="longest wait to fill a batch")] = 2000,
+) -> None:
+    """Run the batching inference gateway in front of Triton."""
+    from inference_gateway.server import run
+
+    s = _settings()
+    host, port = s.gateway_host_port
+    run(
+        host=host,
+        port=port,
+        triton_url=s.triton_grpc,
+        max_batch_size=max_batch_size,
+        max_queue_delay_us=max_queue_delay_us,
+    )
+
+
+# ---- producing and consuming ----------------------------------------------------------------
+
+
+@app.command()
+def produce(file: Annotated[str, typer.Argument(help="JSON lines file, or - for stdin")]) -> None:
+    """Publish tickets (one JSON object a line) to tickets.in, keyed by ticket_id."""
+    from ticketflow.kafka_io import produce_all
+
+    s = _settings()
+
+    def records():
+        with contextlib.ExitStack() as stack:
+            lines = sys.stdin.buffer if file == "-" else stack.enter_context(Path(file).open("rb"))
+            yield from _keyed(lines)
+
+    def _keyed(lines):
+        for line in lines:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                key = str(orjson.loads(line).get("ticket_id", "")).encode() or None
+            except (orjson.JSONDecodeError, AttributeError):
+                key = None  # still published: validate dead-letters it with its class
+            yield key, line
+
+    n = produce_all(s.kafka_bootstrap, Topics(s.topic_prefix).tickets_in, records())
+    console.print(f"published {n} record(s) to {Topics(s.topic_prefix).tickets_in}")
+
+
+@app.command()
+def consume(
+    route: Annotated[str, typer.Argument(help="auto_classify, manual_review or after_sales")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="keep waiting")] = False,
+) -> None:
+    """Print the TicketResults of a route topic as JSON lines (read_committed)."""
+    from ticketflow import kafka_io
+
+    s = _settings()
+    topic = Topics(s.topic_prefix).out(route)
+    records = kafka_io.follow(s.kafka_bootstrap, [topic], idle_s=None if follow else 2.0)
+    for rec in records:
+        sys.stdout.write((rec.value or b"").decode("utf-8", "replace") + "\n")
+        sys.stdout.flush()
+
+
+@app.command()
+def status(ticket_id: str) -> None:
+    """Where a ticket is: its state from the workers' table."""
+    s = _settings()
+    url = f"http://127.0.0.1:{s.worker_web_port}/ticket/{ticket_id}"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            console.print_json(resp.read().decode())
+    except urllib.error.HTTPError as exc:
+        console.print(f"[red]{exc.read().decode() or exc}[/]")
+        raise typer.Exit(1) from exc
+    except OSError as exc:
+        console.print(f"[red]no worker answers on {url}: {exc}[/]")
+        raise typer.Exit(2) from exc
+
+
+# ---- dead letters ---------------------------------------------------------------------------
+
+
+def _dead_letters(error_class: str | None, step: str | None, since: datetime | None):
+    from ticketflow import kafka_io
+
+    s = _settings()
+    for rec in kafka_io.read_topic(s.kafka_bootstrap, Topics(s.topic_prefix).dlq):
+        h = rec.headers
+        if error_class and h.get("x-dlq-error-class") != error_class:
+            continue
+        if step and h.get("x-dlq-step") != step:
+            continue
+        if since and rec.timestamp_ms < since.timestamp() * 1000:
+            continue
+        yield rec
+
+
+@dlq_app.command("ls")
+def dlq_ls(
+    error_class: Annotated[str | None, typer.Option("--error-class")] = None,
+    step: Annotated[str | None, typer.Option("--step")] = None,
+    since: Annotated[datetime | None, typer.Option("--since")] = None,
+) -> None:
+    """List dead letters with their class, step and reason."""
+    table = Table("partition:offset", "key", "class", "step", "reason", "bytes")
+    for rec in _dead_letters(error_class, step, since):
+        h = rec.headers
+        table.add_row(
+            f"{rec.partition}:{rec.offset}",
+            (rec.key or b"").decode("utf-8", "replace"),
+            h.get("x-dlq-error-class", ""),
+            h.get("x-dlq-step", ""),
+            h.get("x-dlq-reason", "")[:80],
+            str(len(rec.value or b"")),
+        )
+    console.print(table)
+
+
+@dlq_app.command("show")
+def dlq_show(
+    position: Annotated[str, typer.Argument(help="PARTITION:OFFSET from `dlq ls`")],
+) -> None:
+    """Show one dead letter: its headers and its original bytes."""
+    partition, _, offset = position.partition(":")
+    for rec in _dead_letters(None, None, None):
+        if rec.partition == int(partition) and rec.offset == int(offset):
+            console.print_json(json.dumps(rec.headers))
+            console.print(repr(rec.value))
+            return
+    console.print(f"[red]no dead letter at {position}[/]")
+    raise typer.Exit(1)
+
+
+# ---- config ---------------------------------------------------------------------------------
+
+
+@config_app.command("validate")
+def config_validate(file: Path) -> None:
+    """Validate a workflow definition (YAML) or a routing config (JSON)."""
+    if file.suffix in {".yaml", ".yml"}:
+        from agents.definition import DefinitionError, load_definition
+
+        try:
+            d = load_definition(file)
+        except DefinitionError as exc:
+            console.print(f"[red]{exc}[/]")
+            raise typer.Exit(1) from exc
+        console.print(f"[green]ok[/]: workflow {d.name} v{d.version}, {len(d.steps)} steps")
+        return
+    from pydantic import ValidationError
+
+    from schemas.routing import RoutingConfig
+
+    try:
+        cfg = RoutingConfig.model_validate_json(file.read_bytes())
+    except ValidationError as exc:
+        console.print(f"[red]{file}: invalid routing config[/]\n{exc}")
+        raise typer.Exit(1) from exc
+    console.print(f"[green]ok[/]: routing {cfg.name} {cfg.versions}")
+
+
+@app.command("schemas")
+def export_schemas(out: Path = Path("schemas/json")) -> None:
+    """Export the JSON Schema of every record and API body."""
+    from schemas.export import export
+
+    for path in export(out):
+        console.print(str(path))
+
+
+@app.command()
+def demo(count: Annotated[int, typer.Option(help="tickets to publish")] = 300) -> None:
+    """Start what is not running, publish sample tickets, and show where they went."""
+    from ticketflow.demo import run_demo
+
+    run_demo(_settings(), count)
+
+
+if __name__ == "__main__":
+    app()
