@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 # between tickets (each ticket is in one place at a time), and I/O-bound steps need
 # many calls in flight for the gateway to form batches.
 CONCURRENCY = {"inference_call": 64, "feature_lookup": 16}
+# steps skipped (degrading the ticket) once the workflow deadline has passed
+DEADLINE_GUARDED = frozenset({"inference_call"})
 
 
 @dataclass
@@ -83,7 +85,7 @@ class WorkflowEngine:
         self.topics = Topics(settings.topic_prefix)
         self.deps = deps
         self.state = app.Table(
-            "ticket_state", default=None, partitions=settings.partitions, value_serializer="json"
+            "ticket_state", default=None, partitions=settings.partitions
         )
         self.handlers: dict[str, Handler] = {
             "processor": ProcessorStep(),
@@ -159,8 +161,7 @@ class WorkflowEngine:
             return
         t0 = time.perf_counter()
         self._set_state(env, "running", step.name)
-        late = remaining_ms(env, self.definition.deadline_ms) <= 0 and not env.context.degraded
-        if late and step.type != "router" and not await self._on_deadline(env, step, event):
+        if self._past_deadline(env, step) and not await self._on_deadline(env, step, event):
             return
         try:
             if step.type == "router":
@@ -204,6 +205,15 @@ class WorkflowEngine:
         # the same arrival again: a redelivery after a restart; only the end is guarded,
         # since redoing an earlier step is harmless and its output may not have survived
         return not (state["status"] in TERMINAL and step.type == "router")
+
+    def _past_deadline(self, env: Envelope, step: Step) -> bool:
+        """Past the deadline before a step that would wait on a dependency.
+
+        Cheap local steps (rules, route) always run: they are what completes the ticket.
+        """
+        if env.context.degraded or step.type not in DEADLINE_GUARDED:
+            return False
+        return remaining_ms(env, self.definition.deadline_ms) <= 0
 
     async def _on_deadline(self, env: Envelope, step: Step, event: faust.EventT) -> bool:
         if self.definition.on_deadline == "dead_letter":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 import faust
+import mode
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from agents.definition import load_definition
@@ -57,10 +58,11 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
             return web.json({"error": f"unknown ticket {ticket_id}"}, status=404)
         return web.json(state)
 
-    @app.on_shutdown.connect
-    async def _close(*_args, **_kwargs) -> None:
-        await deps.gateway.close()
-        await deps.features.close()
+    @app.service
+    class _CloseClients(mode.Service):
+        async def on_stop(self) -> None:
+            await deps.gateway.close()
+            await deps.features.close()
 
     return app, engine
 

@@ -11,7 +11,7 @@ M = TypeVar("M", bound=BaseModel)
 
 def encode(record: BaseModel) -> bytes:
     # pydantic-core serialises straight to bytes in Rust: no dict round trip
-    return record.model_dump_json(exclude_none=True).encode()
+    return record.model_dump_json().encode()
 
 
 def decode(model: type[M], data: bytes | str) -> M:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import sys
 import urllib.error
 import urllib.request
@@ -45,7 +46,12 @@ def stack_up() -> None:
     """Start Kafka, Redis and Triton (those not already running) and wait until healthy."""
     from ticketflow import stack
 
-    stack.up(_settings())
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        stack.up(_settings())
+    except stack.StackError as exc:
+        console.print(f"[red]stack up failed:[/] {exc}")
+        raise typer.Exit(1) from exc
     stack_status()
 
 
@@ -197,7 +203,8 @@ def dlq_ls(
     since: Annotated[datetime | None, typer.Option("--since")] = None,
 ) -> None:
     """List dead letters with their class, step and reason."""
-    table = Table("partition:offset", "key", "class", "step", "reason", "bytes")
+    table = Table("at", "key", "class", "step", "bytes")
+    table.add_column("reason", no_wrap=True, overflow="ellipsis", max_width=60)
     for rec in _dead_letters(error_class, step, since):
         h = rec.headers
         table.add_row(
@@ -205,8 +212,8 @@ def dlq_ls(
             (rec.key or b"").decode("utf-8", "replace"),
             h.get("x-dlq-error-class", ""),
             h.get("x-dlq-step", ""),
-            h.get("x-dlq-reason", "")[:80],
             str(len(rec.value or b"")),
+            (h.get("x-dlq-reason", "").splitlines() or [""])[0],
         )
     console.print(table)
 

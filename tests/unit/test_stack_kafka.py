@@ -129,7 +129,8 @@ def test_maven_command(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(kafka.shutil, "which", lambda name: f"/usr/bin/{name}")
     offline = kafka.maven_command(Path("pom.xml"), tmp_path, offline=True)
     online = kafka.maven_command(Path("pom.xml"), tmp_path, offline=False)
-    assert offline[:4] == ["/usr/bin/mvn", "-q", "-B", "-o"]
+    assert offline[0] == "/usr/bin/mvn"
+    assert {"-q", "-B", "-o"} <= set(offline)
     assert "-o" not in online
     assert "dependency:copy-dependencies" in online
     assert f"-DoutputDirectory={tmp_path}" in online

@@ -136,6 +136,9 @@ def test_log_tail(tmp_path: Path) -> None:
     log = tmp_path / "a.log"
     log.write_text("".join(f"line {i}\n" for i in range(100)))
     assert process.log_tail(log, 3) == "line 97\nline 98\nline 99"
+    with log.open("a") as fh:
+        fh.write(f"\n{process.START_HEADER}now starting: x\nonly this\n")
+    assert process.log_tail(log, 5) == f"{process.START_HEADER}now starting: x\nonly this"
     assert process.log_tail(tmp_path / "missing.log") == ""
     assert process.log_tail(None) == ""
 
@@ -157,3 +160,20 @@ def test_part_status_line() -> None:
     down = PartStatus("triton", False, (8001, 8000, 8002))
     assert down.state == "down"
     assert process.format_status([ours, other, down]).count("\n") == 2
+
+
+def test_stop_takes_the_whole_process_group(tmp_path: Path) -> None:
+    helper_pid = tmp_path / "helper.pid"
+    code = (
+        "import subprocess, sys, time; "
+        "p = subprocess.Popen(['sleep', '60']); "
+        f"open({str(helper_pid)!r}, 'w').write(str(p.pid)); time.sleep(60)"
+    )
+    rec = process.spawn(
+        [sys.executable, "-c", code], log=tmp_path / "g.log", pid_file=tmp_path / "g"
+    )
+    assert process.wait_until(lambda: helper_pid.exists() and helper_pid.read_text(), timeout_s=10)
+    helper = int(helper_pid.read_text())
+    assert process.pid_alive(helper)
+    assert process.stop_record(rec, timeout_s=5)
+    assert process.wait_until(lambda: not process.pid_alive(helper), timeout_s=5)

@@ -14,7 +14,7 @@ from . import PARTS, StackError, down, format_status, status, up
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ticketflow.stack")
-    parser.add_argument("action", choices=("up", "down", "status"))
+    parser.add_argument("action", choices=("up", "down", "status", "fetch"))
     parser.add_argument("parts", nargs="*", metavar="PART", help=f"any of {', '.join(PARTS)}")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per part")
     args = parser.parse_args(argv)
@@ -23,6 +23,11 @@ def main(argv: list[str] | None = None) -> int:
     parts = args.parts or None
     started = time.monotonic()
     try:
+        if args.action == "fetch":  # set-up: Kafka's jars only, nothing started
+            from .kafka import ensure_libs
+
+            print(f"kafka jars in {ensure_libs(settings)}", file=sys.stderr)
+            return 0
         if args.action == "up":
             up(settings, parts, timeout_s=args.timeout)
         elif args.action == "down":

@@ -98,7 +98,7 @@ def maven_command(pom: Path, output_dir: Path, *, offline: bool) -> list[str]:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise StackError("Maven (`mvn`) is not on PATH; it fetches the Kafka jars (pom.xml)")
-    cmd = [mvn, "-q", "-B"]
+    cmd = [mvn, "-q", "-B", "-Dstyle.color=never"]
     if offline:
         cmd.append("-o")
     cmd += [

@@ -227,6 +227,9 @@ def live_record(path: Path) -> PidRecord | None:
 # --- starting and stopping -------------------------------------------------------------------
 
 
+START_HEADER = "===== "
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -248,7 +251,7 @@ def spawn(
     log.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
     try:
-        os.write(fd, f"\n===== {_now()} starting: {shlex.join(argv)}\n".encode())
+        os.write(fd, f"\n{START_HEADER}{_now()} starting: {shlex.join(argv)}\n".encode())
         try:
             pid = os.posix_spawnp(
                 argv[0],
@@ -312,7 +315,7 @@ def _group_alive(pgid: int) -> bool:
 
 
 def stop_record(record: PidRecord, *, timeout_s: float = 30.0, kill: bool = False) -> bool:
-    """SIGTERM (or SIGKILL when `kill`) the process and its group, wait, then SIGKILL.
+    """SIGTERM the process (SIGKILL its group when `kill`), wait, then SIGKILL the group.
 
     Returns True when a live process was signalled.
     """
@@ -323,8 +326,13 @@ def stop_record(record: PidRecord, *, timeout_s: float = 30.0, kill: bool = Fals
         leads_group = os.getpgid(pid) == pid
     except ProcessLookupError:
         return False
-    _signal_group(pid, signal.SIGKILL if kill else signal.SIGTERM)
-    if not kill:
+    if kill:
+        _signal_group(pid, signal.SIGKILL)
+    else:
+        # SIGTERM to the server alone: it shuts its helpers down itself (Triton unloads its
+        # models through the backend stubs), and whatever is left of the group is killed below
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
         _signal_group(pid, signal.SIGCONT)  # a process frozen with SIGSTOP must see the SIGTERM
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and pid_alive(pid, record.start_ticks):
@@ -372,7 +380,7 @@ def wait_until(predicate: Callable[[], bool], *, timeout_s: float, interval_s: f
 
 
 def log_tail(path: Path | None, lines: int = 25, max_bytes: int = 64 * 1024) -> str:
-    """The last `lines` lines of a log file ("" when unreadable)."""
+    """The last `lines` lines of a log file's latest run ("" when unreadable)."""
     if path is None:
         return ""
     try:
@@ -382,4 +390,9 @@ def log_tail(path: Path | None, lines: int = 25, max_bytes: int = 64 * 1024) -> 
             data = fh.read()
     except OSError:
         return ""
-    return "\n".join(data.decode(errors="replace").rstrip("\n").splitlines()[-lines:])
+    text = data.decode(errors="replace").rstrip("\n").splitlines()
+    # only the latest run: from the last start header that spawn() wrote
+    starts = [i for i, line in enumerate(text) if line.startswith(START_HEADER)]
+    if starts:
+        text = text[starts[-1] :]
+    return "\n".join(text[-lines:])
