@@ -1,8 +1,14 @@
 """The workflow engine: one Faust agent per step of a definition, state in a changelog table.
 
-Each step consumes `tickets.step.<step>` (the first consumes `tickets.in`), runs its handler
-and forwards the envelope to the next step's topic. Failures become retries through the
-delay tiers, degradation to `manual_review`, or dead letters, never a crashed worker.
+Each step consumes `tickets.step.<step>` (the first consumes `tickets.in`) a batch at a
+time, runs its handler and forwards each envelope to the next step's topic. Failures
+become retries through the delay tiers, degradation to `manual_review`, or dead letters,
+never a crashed worker.
+
+Guarantees. Every step acknowledges its inputs only after its outputs are on the broker
+(at-least-once), so a crash can repeat a step but never skip one. The last step makes it
+exactly once: results and their ledger entries commit in one transaction per partition,
+and a ticket already in the ledger is skipped (agents/completion.py).
 """
 
 from __future__ import annotations
@@ -12,14 +18,20 @@ import hashlib
 import logging
 import random
 import time
+import weakref
+from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import faust
+from confluent_kafka import KafkaException
+from faust.streams import _current_event
 from pydantic import ValidationError
 
 from agents import metrics
+from agents.completion import CompletionLedger
 from agents.errors import BadRecord, RetryableError
 from agents.state import TERMINAL, new_state, record_duplicate, transition
 from agents.steps.handlers import (
@@ -28,6 +40,7 @@ from agents.steps.handlers import (
     InferenceStep,
     ProcessorStep,
     RuleEngineStep,
+    degrade,
     remaining_ms,
 )
 from agents.steps.validate import parse_ticket
@@ -45,16 +58,23 @@ from schemas.tickets import (
 from schemas.workflow import Step, WorkflowDefinition
 from streams.admin import RETRY_TIERS_MS
 from streams.codecs import decode, encode
-from streams.headers import DeadLetterContext, child_traceparent, new_traceparent, trace_id_of
+from streams.headers import (
+    DeadLetterContext,
+    child_traceparent,
+    new_trace_id,
+    new_traceparent,
+    trace_id_of,
+)
+from streams.producer import AsyncProducer, TransactionalProducer
 from streams.settings import Settings
 from streams.topics import Topics
 
 log = logging.getLogger(__name__)
 
-# How many envelopes a step works on at once. Order within a partition is not needed
-# between tickets (each ticket is in one place at a time), and I/O-bound steps need
-# many calls in flight for the gateway to form batches.
-CONCURRENCY = {"inference_call": 64, "feature_lookup": 16}
+# A step takes what its topic has, up to this many, waiting at most this long for more:
+# one batch costs one gateway call and one await of the producer, not one per ticket.
+BATCH_MAX = 256
+BATCH_WITHIN_S = 0.01
 # steps skipped (degrading the ticket) once the workflow deadline has passed
 DEADLINE_GUARDED = frozenset({"inference_call"})
 
@@ -75,6 +95,17 @@ def _raw_topic(app: faust.App, name: str) -> faust.TopicT:
     )
 
 
+def _as_current(event: faust.EventT) -> None:
+    # A table write goes to the changelog partition of the *current* event. In a batch the
+    # stream's current event is the last one taken, so point it at the ticket's own event.
+    _current_event.set(weakref.ref(event))
+
+
+def _header(event: faust.EventT, name: str) -> str | None:
+    value = dict(event.headers or {}).get(name)
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
 class WorkflowEngine:
     def __init__(
         self, app: faust.App, definition: WorkflowDefinition, settings: Settings, deps: Dependencies
@@ -84,112 +115,142 @@ class WorkflowEngine:
         self.settings = settings
         self.topics = Topics(settings.topic_prefix)
         self.deps = deps
-        self.state = app.Table(
-            "ticket_state", default=None, partitions=settings.partitions
-        )
+        self.state = app.Table("ticket_state", default=None, partitions=settings.partitions)
+        self.inference = InferenceStep(deps.gateway, definition.deadline_ms)
         self.handlers: dict[str, Handler] = {
             "processor": ProcessorStep(),
             "feature_lookup": FeatureLookupStep(deps.features),
-            "inference_call": InferenceStep(deps.gateway, definition.deadline_ms),
+            "inference_call": self.inference,
             "rule_engine": RuleEngineStep(),
         }
-        self._step_topics = {
-            s.name: _raw_topic(app, self.topics.step(s.name)) for s in definition.steps[1:]
-        }
-        self._index = {s.name: i for i, s in enumerate(definition.steps)}
-        self._dlq = _raw_topic(app, self.topics.dlq)
-        self._audit = _raw_topic(app, self.topics.audit)
-        self._out = {r: _raw_topic(app, self.topics.out(r)) for r in definition.routes}
+        self.producer = AsyncProducer(settings.kafka_bootstrap)
+        self.ledger = CompletionLedger(settings.kafka_bootstrap, self.topics.completed)
+        self._txn: dict[int, TransactionalProducer] = {}
+        self._ledger_locks: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._router = next(s for s in definition.steps if s.type == "router")
 
     # ---- wiring -------------------------------------------------------------------------
 
     def build(self) -> None:
-        first = self.definition.steps[0]
-        self._agent(_raw_topic(self.app, self.topics.tickets_in), first, self._on_raw, 1)
-        for step in self.definition.steps[1:]:
-            concurrency = CONCURRENCY.get(step.type, 1)
-            self._agent(self._step_topics[step.name], step, self._on_envelope, concurrency)
+        first, rest = self.definition.steps[0], self.definition.steps[1:]
+        self._agent(self.topics.tickets_in, first, self._validate_batch)
+        for step in rest:
+            handle = self._route_batch if step.type == "router" else self._step_batch
+            self._agent(self.topics.step(step.name), step, handle)
         for delay in RETRY_TIERS_MS:
             topic = _raw_topic(self.app, self.topics.retry(delay))
             self.app.agent(topic, name=f"retry-{delay}")(self._retry_tier)
+        self.app.on_partitions_revoked.connect(self._on_revoked)
+        self._commit_waits_for_outputs()
 
-    def _agent(self, topic: faust.TopicT, step: Step, fn: Any, concurrency: int) -> None:
+    def _commit_waits_for_outputs(self) -> None:
+        """At-least-once: Faust flushes its producer before it commits offsets; make that
+        flush wait for our producer's deliveries too, so a committed input always has its
+        outputs on the broker. Steps then never block on delivery between batches."""
+        faust_producer = self.app.producer
+        faust_flush = faust_producer.flush
+
+        async def flush() -> None:
+            await faust_flush()
+            await self.producer.drain()
+
+        faust_producer.flush = flush  # type: ignore[method-assign]
+
+    def _agent(self, topic: str, step: Step, handle: Any) -> None:
         async def run(stream: faust.StreamT) -> None:
-            async for event in stream.events():
-                await fn(step, event)
+            async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
+                await handle(step, events)
 
-        self.app.agent(topic, name=f"step-{step.name}", concurrency=concurrency)(run)
+        self.app.agent(_raw_topic(self.app, topic), name=f"step-{step.name}")(run)
+
+    def close(self) -> None:
+        self.producer.close()
+        for producer in self._txn.values():
+            producer.close()
+
+    async def _on_revoked(self, app: faust.App, revoked: set, **_: Any) -> None:
+        route_topic = self.topics.step(self._router.name)
+        for tp in revoked:
+            if tp.topic == route_topic:  # the next owner fences this producer: let it go
+                self.ledger.forget(tp.partition)
+                producer = self._txn.pop(tp.partition, None)
+                if producer is not None:
+                    producer.close()
 
     # ---- the validator step -------------------------------------------------------------
 
-    async def _on_raw(self, step: Step, event: faust.EventT) -> None:
-        t0 = time.perf_counter()
-        msg = event.message
-        try:
-            ticket = parse_ticket(event.value, self.settings.max_record_bytes)
-        except BadRecord as exc:
-            await self._dead_letter(event, step.name, exc.error_class, exc.reason, attempts=1)
-            return
-        headers = dict(event.headers or {})
-        parent = headers.get("traceparent")
-        trace_id = trace_id_of(parent.decode() if isinstance(parent, bytes) else parent)
-        env = Envelope(
-            ticket=ticket,
-            workflow=self.definition.name,
-            workflow_version=self.definition.version,
-            step=step.name,
-            attempt=1,
-            trace_id=trace_id or trace_id_of(new_traceparent()) or "",
-            arrival=f"{msg.partition}:{msg.offset}",
-            started_at=_utcnow(),
-        )
-        latency = self._observe(step.name, t0)
-        env.path.append(DecisionStep(step=step.name, status=StepStatus.ok, latency_ms=latency))
-        await self._forward(env, step)
-
-    # ---- every later step ---------------------------------------------------------------
-
-    async def _on_envelope(self, step: Step, event: faust.EventT) -> None:
-        try:
-            env = decode(Envelope, event.value)
-        except ValidationError as exc:  # not ours: a hand-written record on an internal topic
-            await self._dead_letter(
-                event, step.name, ErrorClass.INTERNAL, f"bad envelope: {exc}", 1
+    async def _validate_batch(self, step: Step, events: Sequence[faust.EventT]) -> None:
+        for event in events:
+            t0 = time.perf_counter()
+            try:
+                ticket = parse_ticket(event.value, self.settings.max_record_bytes)
+            except BadRecord as exc:
+                self._dead_letter(event, step.name, exc.error_class, exc.reason, 1)
+                continue
+            msg = event.message
+            env = Envelope(
+                ticket=ticket,
+                workflow=self.definition.name,
+                workflow_version=self.definition.version,
+                step=step.name,
+                attempt=1,
+                trace_id=trace_id_of(_header(event, "traceparent")) or new_trace_id(),
+                arrival=f"{msg.partition}:{msg.offset}",
+                input_sha256=hashlib.sha256(ticket.text.encode()).hexdigest(),
+                started_at=_utcnow(),
             )
-            return
-        if not self._admit(env, step):
-            return
-        t0 = time.perf_counter()
-        self._set_state(env, "running", step.name)
-        if self._past_deadline(env, step) and not await self._on_deadline(env, step, event):
-            return
-        try:
-            if step.type == "router":
-                await self._complete(env, step, t0)
-                return
-            await self.handlers[step.type](env, step)
-        except BadRecord as exc:
-            await self._dead_letter(event, step.name, exc.error_class, exc.reason, env.attempt, env)
-            return
-        except RetryableError as exc:
-            await self._retry_or_degrade(env, step, exc, t0)
-            return
-        except Exception as exc:  # a bug must not crash the worker or lose the ticket
-            log.exception("step %s failed for %s", step.name, env.ticket.ticket_id)
-            await self._dead_letter(
-                event, step.name, ErrorClass.INTERNAL, repr(exc), env.attempt, env
-            )
-            return
-        status = (
-            StepStatus.degraded
-            if env.context.degraded and step.type == "inference_call"
-            else StepStatus.ok
-        )
-        self._record(env, step, status, t0)
-        await self._forward(env, step)
+            self._record(env, step, StepStatus.ok, t0)
+            self._forward(env, step)
 
-    def _admit(self, env: Envelope, step: Step) -> bool:
-        """Idempotency: drop a second publish of a ticket_id and anything after completion."""
+    # ---- the steps in between -----------------------------------------------------------
+
+    async def _step_batch(self, step: Step, events: Sequence[faust.EventT]) -> None:
+        t0 = time.perf_counter()
+        live = []
+        for event, env in self._admit_all(step, events):
+            if self._past_deadline(env, step):
+                reason = (
+                    f"{ErrorClass.WORKFLOW_DEADLINE.value}: deadline of "
+                    f"{self.definition.deadline_ms} ms passed before {step.name}"
+                )
+                if self.definition.on_deadline == "dead_letter":
+                    self._dead_letter(
+                        event,
+                        step.name,
+                        ErrorClass.WORKFLOW_DEADLINE,
+                        reason,
+                        env.attempt,
+                        env,
+                    )
+                    continue
+                degrade(env, reason)
+            live.append((event, env))
+        outcomes = await self._run_handler(step, [env for _, env in live])
+        for (event, env), outcome in zip(live, outcomes, strict=True):
+            self._settle(step, event, env, outcome, t0)
+
+    def _admit_all(
+        self, step: Step, events: Sequence[faust.EventT]
+    ) -> list[tuple[faust.EventT, Envelope]]:
+        admitted = []
+        for event in events:
+            try:
+                env = decode(Envelope, event.value)
+            except ValidationError as exc:  # not ours: a hand-written record on our topic
+                self._dead_letter(event, step.name, ErrorClass.INTERNAL, f"bad envelope: {exc}", 1)
+                continue
+            _as_current(event)
+            if self._admit(env):
+                admitted.append((event, env))
+        return admitted
+
+    def _admit(self, env: Envelope) -> bool:
+        """Idempotency: a second publish of a ticket_id is recorded and dropped.
+
+        The same arrival seen again is a redelivery after a restart: it goes on, since
+        redoing a step is harmless and its earlier output may not have survived; the
+        ledger keeps its result single.
+        """
         tid = env.ticket.ticket_id
         state = self.state.get(tid)
         if state is None:
@@ -197,14 +258,46 @@ class WorkflowEngine:
                 tid, env.arrival, env.trace_id, env.workflow, env.workflow_version
             )
             return True
-        if state["arrival"] != env.arrival:
-            metrics.DUPLICATES.inc()
-            self.state[tid] = record_duplicate(state, env.arrival)
-            log.info("duplicate ticket %s (arrival %s) dropped", tid, env.arrival)
-            return False
-        # the same arrival again: a redelivery after a restart; only the end is guarded,
-        # since redoing an earlier step is harmless and its output may not have survived
-        return not (state["status"] in TERMINAL and step.type == "router")
+        if state["arrival"] == env.arrival:
+            return True
+        metrics.DUPLICATES.inc()
+        self.state[tid] = record_duplicate(state, env.arrival)
+        log.info("duplicate ticket %s (arrival %s) dropped", tid, env.arrival)
+        return False
+
+    async def _run_handler(self, step: Step, envs: list[Envelope]) -> list:
+        if not envs:
+            return []
+        try:
+            return await self.handlers[step.type].run_batch(envs, step)
+        except Exception as exc:  # a bug must not crash the worker or lose the batch
+            log.exception("step %s failed for a batch of %d", step.name, len(envs))
+            return [exc] * len(envs)
+
+    def _settle(
+        self,
+        step: Step,
+        event: faust.EventT,
+        env: Envelope,
+        outcome: BaseException | None,
+        t0: float,
+    ) -> None:
+        _as_current(event)
+        if outcome is None:
+            degraded = env.context.degraded and step.type in DEADLINE_GUARDED
+            self._record(env, step, StepStatus.degraded if degraded else StepStatus.ok, t0)
+            self._forward(env, step)
+        elif isinstance(outcome, BadRecord):
+            self._dead_letter(
+                event, step.name, outcome.error_class, outcome.reason, env.attempt, env
+            )
+        elif isinstance(outcome, RetryableError):
+            self._retry_or_degrade(env, step, outcome, t0)
+        else:
+            log.error("step %s: %r for %s", step.name, outcome, env.ticket.ticket_id)
+            self._dead_letter(
+                event, step.name, ErrorClass.INTERNAL, repr(outcome), env.attempt, env
+            )
 
     def _past_deadline(self, env: Envelope, step: Step) -> bool:
         """Past the deadline before a step that would wait on a dependency.
@@ -215,46 +308,26 @@ class WorkflowEngine:
             return False
         return remaining_ms(env, self.definition.deadline_ms) <= 0
 
-    async def _on_deadline(self, env: Envelope, step: Step, event: faust.EventT) -> bool:
-        if self.definition.on_deadline == "dead_letter":
-            await self._dead_letter(
-                event,
-                step.name,
-                ErrorClass.WORKFLOW_DEADLINE,
-                "workflow deadline passed",
-                env.attempt,
-                env,
-            )
-            return False
-        env.context.degraded = True
-        env.context.degraded_reason = (
-            f"{ErrorClass.WORKFLOW_DEADLINE.value}: deadline of "
-            f"{self.definition.deadline_ms} ms passed before {step.name}"
-        )
-        return True
-
-    async def _retry_or_degrade(
-        self, env: Envelope, step: Step, exc: RetryableError, t0: float
-    ) -> None:
+    def _retry_or_degrade(self, env: Envelope, step: Step, exc: RetryableError, t0: float) -> None:
         policy = step.retry
         if policy is None or env.attempt >= policy.max_attempts:
-            env.context.degraded = True
-            env.context.degraded_reason = (
-                f"{ErrorClass.RETRIES_EXHAUSTED.value}: {exc.code} after {env.attempt} "
-                f"attempt(s): {exc.reason}"
+            degrade(
+                env,
+                f"{ErrorClass.RETRIES_EXHAUSTED.value}: {exc.code} after "
+                f"{env.attempt} attempt(s): {exc.reason}",
             )
             self._record(env, step, StepStatus.degraded, t0)
-            await self._forward(env, step)
+            self._forward(env, step)
             return
         self._record(env, step, StepStatus.retrying, t0, detail=f"{exc.code}: {exc.reason}")
         delay = policy.delay_ms(env.attempt + 1)
-        delay = delay * (1 + random.uniform(-policy.jitter, policy.jitter))
+        delay *= 1 + random.uniform(-policy.jitter, policy.jitter)
         tier = min((t for t in RETRY_TIERS_MS if t >= delay), default=RETRY_TIERS_MS[-1])
         env.attempt += 1
         env.not_before = _utcnow() + timedelta(milliseconds=delay)
         metrics.RETRIES.labels(step.name).inc()
         self._set_state(env, "waiting_retry", step.name)
-        await self._send(_raw_topic(self.app, self.topics.retry(tier)), env)
+        self._send(self.topics.retry(tier), env)
 
     async def _retry_tier(self, stream: faust.StreamT) -> None:
         """Hold each envelope until it is due, then hand it back to its step.
@@ -266,20 +339,107 @@ class WorkflowEngine:
             try:
                 env = decode(Envelope, event.value)
             except ValidationError as exc:
-                await self._dead_letter(event, "retry", ErrorClass.INTERNAL, str(exc), 1)
-                continue
-            if env.not_before is not None:
-                wait = (env.not_before - _utcnow()).total_seconds()
+                self._dead_letter(event, "retry", ErrorClass.INTERNAL, str(exc), 1)
+            else:
+                wait = (env.not_before - _utcnow()).total_seconds() if env.not_before else 0
                 if wait > 0:
                     await asyncio.sleep(wait)
-            await self._send(self._step_topics[env.step], env)
+                self._send(self.topics.step(env.step), env)
 
-    async def _complete(self, env: Envelope, step: Step, t0: float) -> None:
+    # ---- the router: exactly one result per ticket --------------------------------------
+
+    async def _route_batch(self, step: Step, events: Sequence[faust.EventT]) -> None:
+        t0 = time.perf_counter()
+        by_partition: dict[int, list[tuple[faust.EventT, Envelope]]] = defaultdict(list)
+        for event, env in self._admit_all(step, events):
+            by_partition[event.message.partition].append((event, env))
+        await asyncio.gather(
+            *(self._complete_partition(step, p, items, t0) for p, items in by_partition.items())
+        )
+
+    async def _complete_partition(
+        self,
+        step: Step,
+        partition: int,
+        items: list[tuple[faust.EventT, Envelope]],
+        t0: float,
+    ) -> None:
+        producer = await self._owned(partition)
+        fresh: list[tuple[faust.EventT, Envelope, TicketResult]] = []
+        records = []
+        for event, env in items:
+            tid = env.ticket.ticket_id
+            if self.ledger.has(partition, tid) or any(r.ticket_id == tid for *_, r in fresh):
+                log.info("ticket %s already has its result; redelivery skipped", tid)
+                continue
+            result = self._result(env, step, t0)
+            records.append(
+                (
+                    self.topics.out(result.route),
+                    tid.encode(),
+                    encode(result),
+                    self._trace_headers(env),
+                    None,
+                )
+            )
+            records.append(
+                (self.topics.completed, tid.encode(), result.route.encode(), [], partition)
+            )
+            fresh.append((event, env, result))
+        if not records:
+            return
+        try:
+            await producer.commit(records)
+        except KafkaException as exc:  # fenced: this partition has a new owner, who redoes it
+            log.warning(
+                "route partition %d: transaction failed (%s); leaving it to its owner",
+                partition,
+                exc,
+            )
+            self._txn.pop(partition, None)
+            self.ledger.forget(partition)
+            return
+        for event, env, result in fresh:
+            self.ledger.add(partition, result.ticket_id)
+            _as_current(event)
+            status = "degraded" if result.degraded else "completed"
+            self._set_state(env, status, step.name, route=result.route)
+            metrics.TICKETS.labels(result.route).inc()
+            metrics.WORKFLOW_DURATION.observe(result.latency_ms / 1000)
+            self._audit(env, step, env.path[-1])
+
+    async def _owned(self, partition: int) -> TransactionalProducer:
+        """This worker's producer for `partition`, fencing any earlier owner, ledger loaded."""
+        async with self._ledger_locks[partition]:
+            producer = self._txn.get(partition)
+            if producer is None:
+                producer = TransactionalProducer(
+                    self.settings.kafka_bootstrap,
+                    f"{self.app.conf.id}-{self._router.name}-{partition}",
+                )
+                await producer.init()  # aborts and fences whatever the last owner left open
+                self._txn[partition] = producer
+                self.ledger.forget(partition)
+            if not self.ledger.loaded(partition):
+                await self.ledger.load(partition)
+            return producer
+
+    def _result(self, env: Envelope, step: Step, t0: float) -> TicketResult:
         rule = env.context.rule
         route = rule.route if rule and rule.route in step.routes else "manual_review"
-        self._record(env, step, StepStatus.ok, t0)
+        latency = round((time.perf_counter() - t0) * 1000, 3)
+        env.path.append(
+            DecisionStep(
+                step=step.name,
+                status=StepStatus.ok,
+                attempt=env.attempt,
+                latency_ms=latency,
+                detail=route,
+            )
+        )
+        metrics.STEP_DURATION.labels(step.name).observe(latency / 1000)
         pred = env.context.prediction
-        result = TicketResult(
+        return TicketResult(
             ticket_id=env.ticket.ticket_id,
             route=route,
             category=rule.category if rule else Category.general,
@@ -296,78 +456,77 @@ class WorkflowEngine:
             workflow=env.workflow,
             workflow_version=env.workflow_version,
         )
-        await self._out[route].send(
-            key=env.ticket.ticket_id.encode(),
-            value=encode(result),
-            headers=self._trace_headers(env),
-        )
-        status = "degraded" if env.context.degraded else "completed"
-        self._set_state(env, status, step.name, route=route)
-        metrics.TICKETS.labels(route).inc()
-        metrics.WORKFLOW_DURATION.observe(result.latency_ms / 1000)
 
-    # ---- helpers ------------------------------------------------------------------------
+    # ---- outputs ------------------------------------------------------------------------
 
-    async def _forward(self, env: Envelope, step: Step) -> None:
+    def _forward(self, env: Envelope, step: Step) -> None:
         nxt = self.definition.next_step(step.name)
         if nxt is None:  # only a router ends a workflow; validation makes this unreachable
             raise RuntimeError(f"step {step.name} has no successor")
         env.step, env.attempt, env.not_before = nxt.name, 1, None
-        await self._send(self._step_topics[nxt.name], env)
+        if step.type != "validator":  # validate's table partition is the producer's choice
+            self._set_state(env, "running", nxt.name)
+        self._send(self.topics.step(nxt.name), env)
 
-    async def _send(self, topic: faust.TopicT, env: Envelope) -> None:
-        await topic.send(
-            key=env.ticket.ticket_id.encode(), value=encode(env), headers=self._trace_headers(env)
+    def _send(self, topic: str, env: Envelope) -> None:
+        self.producer.produce(
+            topic, env.ticket.ticket_id.encode(), encode(env), self._trace_headers(env)
         )
 
     def _trace_headers(self, env: Envelope) -> list[tuple[str, bytes]]:
         return [("traceparent", child_traceparent(env.trace_id).encode())]
 
-    def _observe(self, step: str, t0: float) -> float:
-        seconds = time.perf_counter() - t0
-        metrics.STEP_DURATION.labels(step).observe(seconds)
-        return round(seconds * 1000, 3)
-
     def _record(
-        self, env: Envelope, step: Step, status: StepStatus, t0: float, detail: str | None = None
+        self,
+        env: Envelope,
+        step: Step,
+        status: StepStatus,
+        t0: float,
+        detail: str | None = None,
     ) -> None:
-        latency = self._observe(step.name, t0)
-        env.path.append(
-            DecisionStep(
-                step=step.name,
-                status=status,
-                attempt=env.attempt,
-                latency_ms=latency,
-                detail=detail,
-            )
+        seconds = time.perf_counter() - t0
+        metrics.STEP_DURATION.labels(step.name).observe(seconds)
+        # built by us from validated parts: no need to validate again (model_construct)
+        entry = DecisionStep.model_construct(
+            step=step.name,
+            status=status,
+            attempt=env.attempt,
+            latency_ms=round(seconds * 1000, 3),
+            detail=detail,
         )
+        env.path.append(entry)
+        self._audit(env, step, entry)
+
+    def _audit(self, env: Envelope, step: Step, entry: DecisionStep) -> None:
         pred = env.context.prediction
-        audit = AuditRecord(
+        audit = AuditRecord.model_construct(
             ticket_id=env.ticket.ticket_id,
             trace_id=env.trace_id,
             workflow=env.workflow,
             workflow_version=env.workflow_version,
             step=step.name,
-            outcome=status,
-            attempt=env.attempt,
-            latency_ms=latency,
-            input_sha256=hashlib.sha256(env.ticket.text.encode()).hexdigest(),
+            outcome=entry.status,
+            attempt=entry.attempt,
+            latency_ms=entry.latency_ms,
+            input_sha256=env.input_sha256,
             model_version=pred.model_version if pred else None,
-            detail=detail,
+            detail=entry.detail,
         )
-        self._audit.send_soon(key=env.ticket.ticket_id.encode(), value=encode(audit))
+        self.producer.produce(self.topics.audit, env.ticket.ticket_id.encode(), encode(audit))
 
     def _set_state(self, env: Envelope, status: str, step: str, route: str | None = None) -> None:
         tid = env.ticket.ticket_id
         state = self.state.get(tid) or new_state(
             tid, env.arrival, env.trace_id, env.workflow, env.workflow_version
         )
+        if state["status"] in TERMINAL and status not in TERMINAL:
+            return  # a redelivery after completion must not move the ticket back
         new = transition(state, status, step, env.attempt)
         if route is not None:
             new["route"] = route
         self.state[tid] = new
 
-    async def _dead_letter(
+    def _dead_letter(
         self,
         event: faust.EventT,
         step: str,
@@ -377,9 +536,7 @@ class WorkflowEngine:
         env: Envelope | None = None,
     ) -> None:
         msg = event.message
-        headers = dict(event.headers or {})
-        parent = headers.get("traceparent")
-        parent = parent.decode() if isinstance(parent, bytes) else parent
+        parent = _header(event, "traceparent")
         ctx = DeadLetterContext(
             error_class=error_class.value,
             reason=reason[:500],
@@ -392,10 +549,10 @@ class WorkflowEngine:
             exception=reason,
             traceparent=parent or (child_traceparent(env.trace_id) if env else new_traceparent()),
         )
-        await self._dlq.send(key=event.key, value=event.value, headers=ctx.headers())
+        self.producer.produce(self.topics.dlq, event.key, event.value, ctx.headers())
         metrics.DLQ.labels(step, error_class.value).inc()
         log.warning(
-            "dead-lettered %s/%s@%s at %s: %s %s",
+            "dead-lettered %s[%d]@%d at %s: %s %s",
             msg.topic,
             msg.partition,
             msg.offset,
@@ -404,4 +561,5 @@ class WorkflowEngine:
             reason[:200],
         )
         if env is not None:
+            _as_current(event)
             self._set_state(env, "dead_lettered", step)

@@ -63,11 +63,15 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
         async def on_stop(self) -> None:
             await deps.gateway.close()
             await deps.features.close()
+            engine.close()
 
     return app, engine
 
 
 def run_worker(settings: Settings, loglevel: str = "warning") -> None:
+    # the clients log every produced record at DEBUG: building those records is measurable
+    for name in ("aiokafka", "faust", "mode"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     app, _ = build_worker(settings)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True)
     worker.execute_from_commandline()

@@ -1,49 +1,47 @@
-"""The feature views this deployment serves."""
+"""The feature views this deployment serves, loaded from data (`views.yaml`).
+
+`TICKETFLOW_FEATURES_VIEWS_FILE` names another file (tests use it to change a definition).
+"""
 
 from __future__ import annotations
 
-from schemas.features import Feature, FeatureView
+import os
+from pathlib import Path
 
-HOUR = 3600
-DAY = 24 * HOUR
+import yaml
+from pydantic import ValidationError
 
-USER_TICKET_STATS = FeatureView(
-    name="user_ticket_stats",
-    entity="user_id",
-    source_topic="tickets.in",
-    ttl_seconds=300,
-    features=[
-        Feature(name="tickets_1h", type="int", default=0, aggregation="count", window_seconds=HOUR),
-        Feature(
-            name="tickets_7d", type="int", default=0, aggregation="count", window_seconds=7 * DAY
-        ),
-        Feature(
-            name="refund_mentions_30d",
-            type="int",
-            default=0,
-            aggregation="count_matching",
-            window_seconds=30 * DAY,
-            field="text",
-        ),
-        Feature(
-            name="mean_text_len_7d",
-            type="float",
-            default=0.0,
-            aggregation="mean",
-            window_seconds=7 * DAY,
-            field="text",
-        ),
-        Feature(
-            name="channels", type="list[str]", default=[], aggregation="distinct", field="channel"
-        ),
-        Feature(
-            name="last_ticket_at",
-            type="timestamp",
-            default=None,
-            aggregation="last",
-            field="created_at",
-        ),
-    ],
-)
+from schemas.features import FeatureView
 
-VIEWS: dict[str, FeatureView] = {USER_TICKET_STATS.name: USER_TICKET_STATS}
+VIEWS_FILE = Path(__file__).with_name("views.yaml")
+VIEWS_FILE_ENV = "TICKETFLOW_FEATURES_VIEWS_FILE"
+
+
+class ViewsFileError(ValueError):
+    pass
+
+
+def load_views(path: Path | str | None = None) -> dict[str, FeatureView]:
+    """The views of a YAML file (`views: [...]`), validated; a bad file is refused whole."""
+    path = Path(path or os.environ.get(VIEWS_FILE_ENV) or VIEWS_FILE)
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ViewsFileError(f"{path}: {exc}") from exc
+    items = doc.get("views") if isinstance(doc, dict) else None
+    if not isinstance(items, list) or not items:
+        raise ViewsFileError(f"{path}: expected a non-empty list under `views`")
+    views: dict[str, FeatureView] = {}
+    for i, item in enumerate(items):
+        try:
+            view = FeatureView.model_validate(item)
+        except ValidationError as exc:
+            raise ViewsFileError(f"{path}: views[{i}]: {exc}") from exc
+        if view.name in views:
+            raise ViewsFileError(f"{path}: view {view.name!r} is defined twice")
+        views[view.name] = view
+    return views
+
+
+VIEWS: dict[str, FeatureView] = load_views()
+USER_TICKET_STATS = VIEWS.get("user_ticket_stats")

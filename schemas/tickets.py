@@ -113,6 +113,8 @@ class Envelope(BaseModel):
     # where this arrival entered (`partition:offset` of tickets.in): tells a redelivery of
     # the same record from a second publish of the same ticket_id
     arrival: str
+    # SHA-256 of the ticket text, for audit records (which never hold the text itself)
+    input_sha256: str = ""
     started_at: datetime
     # for the retry tiers: when the envelope is due back at `step`
     not_before: datetime | None = None

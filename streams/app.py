@@ -19,12 +19,15 @@ def create_app(settings: Settings, app_id: str = "ticketflow", **overrides: Any)
         "web_port": settings.worker_web_port,
         "web_host": "127.0.0.1",
         "web_in_thread": False,
+        # steps are at-least-once; the router's ledger transaction makes results exactly
+        # once (agents/completion.py). Faust's own exactly_once mode puts every hop behind
+        # a transaction commit and has known fencing and rebalance bugs.
         "processing_guarantee": "at_least_once",
         "consumer_auto_offset_reset": "earliest",
         # tickets are small; a short linger batches produce calls without adding latency
         "producer_linger": 0.002,
         "broker_commit_every": 1000,
-        "broker_commit_interval": 0.5,
+        "broker_commit_interval": settings.commit_interval_s,
         "stream_wait_empty": False,
         "table_cleanup_interval": 60.0,
         "autodiscover": False,

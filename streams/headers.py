@@ -14,8 +14,12 @@ REPLAY_COUNT = "x-replay-count"
 EXCEPTION_LIMIT = 2000
 
 
+def new_trace_id() -> str:
+    return secrets.token_hex(16)
+
+
 def new_traceparent() -> str:
-    return f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"
+    return child_traceparent(new_trace_id())
 
 
 def trace_id_of(traceparent: str | None) -> str | None:

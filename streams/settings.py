@@ -30,6 +30,9 @@ class Settings(BaseSettings):
     # the Faust worker's web port (table views, /metrics); 0 picks a free one
     worker_web_port: int = 6066
     max_record_bytes: int = 64 * 1024
+    # how often offsets (and, exactly-once, transactions) are committed: each hop between
+    # steps waits for it, since read_committed consumers only see committed transactions
+    commit_interval_s: float = Field(0.05, gt=0, le=10)
     workflow_file: Path = REPO_ROOT / "agents" / "workflows" / "ticket_classify.yaml"
     # Kafka controller port of the local single-node KRaft stack
     kafka_controller_port: int = 9093

@@ -36,6 +36,11 @@ class Topics:
         return self._name("tickets.dlq.parked")
 
     @property
+    def completed(self) -> str:
+        """Compacted: one record per ticket that has its result (the exactly-once ledger)."""
+        return self._name("tickets.completed")
+
+    @property
     def review_decisions(self) -> str:
         return self._name("tickets.review.decisions")
 

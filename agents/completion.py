@@ -1,0 +1,67 @@
+"""The completion ledger: which tickets already have their one `TicketResult`.
+
+Results and their ledger entries are written in one Kafka transaction by the partition's
+transactional producer, so for `read_committed` readers a result exists exactly when its
+ledger entry does. The ledger is the compacted topic `tickets.completed`, partitioned like
+the route step's input: the owner of a partition loads that partition's entries after
+fencing any previous owner, and skips a ticket already in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+
+class CompletionLedger:
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self._bootstrap = bootstrap
+        self.topic = topic
+        self._done: dict[int, set[str]] = {}
+
+    def loaded(self, partition: int) -> bool:
+        return partition in self._done
+
+    async def load(self, partition: int, timeout_s: float = 60) -> None:
+        self._done[partition] = await asyncio.to_thread(self._read, partition, timeout_s)
+
+    def forget(self, partition: int) -> None:
+        self._done.pop(partition, None)
+
+    def has(self, partition: int, ticket_id: str) -> bool:
+        return ticket_id in self._done[partition]
+
+    def add(self, partition: int, ticket_id: str) -> None:
+        self._done[partition].add(ticket_id)
+
+    def _read(self, partition: int, timeout_s: float) -> set[str]:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self._bootstrap,
+                "group.id": f"ledger-{uuid.uuid4().hex}",  # never commits: assign() only
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+            }
+        )
+        tp = TopicPartition(self.topic, partition, OFFSET_BEGINNING)
+        done: set[str] = set()
+        try:
+            _low, high = consumer.get_watermark_offsets(tp, timeout=10)
+            if high <= 0:
+                return done
+            consumer.assign([tp])
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is not None and not msg.error() and msg.key() is not None:
+                    done.add(msg.key().decode())
+                position = consumer.position([tp])[0].offset
+                if position >= high:
+                    return done
+            raise TimeoutError(f"{self.topic}[{partition}]: ledger not read in {timeout_s} s")
+        finally:
+            consumer.close()

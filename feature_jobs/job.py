@@ -1,0 +1,314 @@
+"""The streaming feature job: Faust agents on the views' source topics, writing Redis.
+
+* One agent per source topic takes batches of events and applies them with `FeatureWriter`
+  (one pipelined round trip per batch); the batch is acknowledged only after Redis took it,
+  and a Redis outage makes the agent wait and retry, never skip (at least once, and the
+  writes are idempotent).
+* The app id (the consumer group) carries a digest of the views' signatures. A changed
+  definition therefore starts a new group, which replays the source topic from its start into
+  the new signature's keys; once the group's committed offsets reach the end offsets seen at
+  start, the view is marked built and the reader serves it.
+* Timers refresh the built markers, and (on the leader) run the drift checks, publishing each
+  `DriftReport` to `features.drift`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+
+import faust
+import mode
+import redis.asyncio as aioredis
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from feature_jobs import metrics
+from feature_jobs.drift import DriftChecker, Thresholds, preload_great_expectations
+from feature_jobs.settings import FeatureSettings
+from feature_jobs.store import MARK_BUILT_LUA, REFRESH_BUILT_LUA, ViewKeys, marker_ttl_ms
+from feature_jobs.writer import FeatureWriter
+from schemas.features import FeatureView
+from streams.admin import ensure_topics
+from streams.app import create_app
+from streams.codecs import encode
+from streams.settings import Settings
+from streams.topics import Topics
+
+log = logging.getLogger(__name__)
+
+APP_ID = "ticketflow-features"
+
+
+def views_digest(views: Iterable[FeatureView]) -> str:
+    joined = ",".join(sorted(f"{v.name}={v.signature()}" for v in views))
+    return hashlib.sha256(joined.encode()).hexdigest()[:12]
+
+
+def job_app_id(views: Iterable[FeatureView]) -> str:
+    """The job's Faust app id (its consumer group, less the topic prefix)."""
+    return f"{APP_ID}-{views_digest(views)}"
+
+
+def source_topic(settings: Settings, view: FeatureView) -> str:
+    return f"{settings.topic_prefix}{view.source_topic}"
+
+
+class BuildTracker:
+    """Knows which views are built under their signature, and marks them when they are."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        redis: aioredis.Redis,
+        views: list[FeatureView],
+        prefix: str,
+        group_id: str,
+    ) -> None:
+        self._settings = settings
+        self._redis = redis
+        self._views = views
+        self._keys = {v.name: ViewKeys.of(v, prefix) for v in views}
+        self._group = group_id
+        self.pending: dict[str, FeatureView] = {}
+        self._targets: dict[str, dict[int, tuple[int, int]]] = {}
+
+    async def start(self) -> None:
+        for v in self._views:
+            k = self._keys[v.name]
+            built = await self._redis.get(k.built)
+            if built is not None and built.decode() == k.signature:
+                metrics.BUILT.labels(v.name).set(1)
+                continue
+            metrics.BUILT.labels(v.name).set(0)
+            self.pending[v.name] = v
+            pointer = await self._redis.get(k.pointer)
+            log.warning(
+                "feature view %s: building signature %s from %s (the store names %s)",
+                v.name,
+                k.tag,
+                source_topic(self._settings, v),
+                pointer.decode()[:16] if pointer else "none",
+            )
+        if self.pending:
+            topics = {source_topic(self._settings, v) for v in self.pending.values()}
+            self._targets = await asyncio.to_thread(self._end_offsets, topics)
+
+    def _end_offsets(self, topics: set[str]) -> dict[str, dict[int, tuple[int, int]]]:
+        from confluent_kafka import Consumer, TopicPartition
+
+        c = Consumer(
+            {
+                "bootstrap.servers": self._settings.kafka_bootstrap,
+                "group.id": self._group,
+                "enable.auto.commit": False,
+            }
+        )
+        try:
+            meta = c.list_topics(timeout=10)
+            out: dict[str, dict[int, tuple[int, int]]] = {}
+            for t in topics:
+                parts = meta.topics.get(t)
+                out[t] = {}
+                if parts is None or parts.error is not None:
+                    continue
+                for p in parts.partitions:
+                    out[t][p] = c.get_watermark_offsets(TopicPartition(t, p), timeout=10)
+            return out
+        finally:
+            c.close()
+
+    def _caught_up(self) -> set[str]:
+        from confluent_kafka import Consumer, TopicPartition
+
+        c = Consumer(
+            {
+                "bootstrap.servers": self._settings.kafka_bootstrap,
+                "group.id": self._group,
+                "enable.auto.commit": False,
+            }
+        )
+        try:
+            done = set()
+            for topic, parts in self._targets.items():
+                tps = [TopicPartition(topic, p) for p, (lo, hi) in parts.items() if hi > lo]
+                committed = {tp.partition: tp.offset for tp in c.committed(tps, timeout=10)}
+                if all(committed.get(tp.partition, -1) >= parts[tp.partition][1] for tp in tps):
+                    done.add(topic)
+            return done
+        finally:
+            c.close()
+
+    async def check(self) -> None:
+        if not self.pending:
+            return
+        done_topics = await asyncio.to_thread(self._caught_up)
+        for name, v in list(self.pending.items()):
+            if source_topic(self._settings, v) not in done_topics:
+                continue
+            k = self._keys[name]
+            await self._redis.eval(
+                MARK_BUILT_LUA, 2, k.built, k.pointer, k.signature, marker_ttl_ms(v)
+            )
+            del self.pending[name]
+            metrics.BUILT.labels(name).set(1)
+            log.warning("feature view %s: built under signature %s, now served", name, k.tag)
+
+    async def refresh(self) -> None:
+        for v in self._views:
+            if v.name in self.pending:
+                continue
+            k = self._keys[v.name]
+            await self._redis.eval(
+                REFRESH_BUILT_LUA, 2, k.built, k.pointer, k.signature, marker_ttl_ms(v)
+            )
+
+
+def job_topics(settings: Settings, views: Iterable[FeatureView]) -> dict[str, dict]:
+    """The topics the job reads and writes, for `ensure_topics` before it subscribes."""
+    wanted: dict[str, dict] = {source_topic(settings, v): {} for v in views}
+    wanted[Topics(settings.topic_prefix).features_drift] = {}
+    return wanted
+
+
+def build_job(
+    settings: Settings,
+    fsettings: FeatureSettings,
+    views: dict[str, FeatureView],
+    **app_overrides,
+) -> faust.App:
+    view_list = list(views.values())
+    topics = Topics(settings.topic_prefix)
+    app_id = job_app_id(view_list)
+    app = create_app(settings, app_id=app_id, web_port=fsettings.web_port, **app_overrides)
+    group_id = f"{settings.topic_prefix}{app_id}"
+    redis = aioredis.from_url(settings.redis_url, socket_timeout=5.0, socket_connect_timeout=2.0)
+    prefix = fsettings.key_prefix
+    tracker = BuildTracker(settings, redis, view_list, prefix, group_id)
+
+    by_topic: dict[str, list[FeatureView]] = defaultdict(list)
+    for v in view_list:
+        by_topic[source_topic(settings, v)].append(v)
+    writers: list[FeatureWriter] = []
+
+    def make_agent(topic_name: str, writer: FeatureWriter) -> None:
+        channel = app.topic(
+            topic_name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+        )
+
+        async def update(stream):
+            async for events in stream.take_events(fsettings.batch_size, fsettings.batch_within_s):
+                values = [e.value for e in events]
+                delay = 0.2
+                while True:
+                    try:
+                        await writer.apply(values)
+                        break
+                    except (aioredis.RedisError, OSError) as exc:
+                        # not acknowledged: the batch waits for Redis, and the consumer with it
+                        log.warning("feature writes failed (%r); retrying in %.1f s", exc, delay)
+                        await asyncio.sleep(delay)
+                        delay = min(delay * 2, 5.0)
+
+        app.agent(channel, name=f"features.{topic_name}")(update)
+
+    for topic_name, vs in by_topic.items():
+        writer = FeatureWriter(
+            redis,
+            vs,
+            prefix,
+            max_record_bytes=settings.max_record_bytes,
+            recent_retention_s=max(3600.0, 2 * fsettings.drift_period_s),
+        )
+        writers.append(writer)
+        make_agent(topic_name, writer)
+
+    drift_topic = app.topic(topics.features_drift, key_serializer="raw", value_serializer="raw")
+    checker = DriftChecker(
+        settings.redis_url,
+        views,
+        prefix,
+        sample_size=fsettings.drift_sample_size,
+        period_s=fsettings.drift_period_s,
+        thresholds=Thresholds(min_sample=fsettings.drift_min_sample),
+    )
+
+    @app.service
+    class _Lifecycle(mode.Service):
+        async def on_start(self) -> None:
+            for w in writers:
+                await w.load_script()
+            await tracker.start()
+            if fsettings.drift_enabled:
+                # GE takes seconds to import: do it now, in a thread, not at the first check
+                asyncio.get_running_loop().run_in_executor(None, preload_great_expectations)
+
+        async def on_stop(self) -> None:
+            await checker.close()
+            await redis.aclose()
+
+    @app.timer(1.0)
+    async def _build_check() -> None:
+        try:
+            await tracker.check()
+        except Exception as exc:  # the next tick tries again
+            log.warning("build check failed: %r", exc)
+
+    @app.timer(30.0)
+    async def _refresh() -> None:
+        try:
+            await tracker.refresh()
+        except aioredis.RedisError as exc:
+            log.warning("refreshing the built markers failed: %r", exc)
+        now = time.time()
+        for w in writers:
+            for name, newest in w.newest_ms.items():
+                metrics.LAG.labels(name).set(max(0.0, now - newest / 1000))
+
+    if fsettings.drift_enabled:
+
+        @app.timer(fsettings.drift_period_s, on_leader=True)
+        async def _drift() -> None:
+            for name in views:
+                if name in tracker.pending:
+                    continue
+                try:
+                    report = await checker.check(name)
+                except Exception as exc:
+                    log.warning("drift check of %s failed: %r", name, exc)
+                    continue
+                await drift_topic.send(key=name.encode(), value=encode(report))
+                if report.drifted:
+                    drifted = [f for f, v in report.features.items() if v.get("drifted")]
+                    log.warning("feature drift in %s: %s", name, drifted)
+
+    @app.page("/metrics")
+    async def _metrics(web, request):
+        return web.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST)
+
+    @app.page("/ready")
+    async def _ready(web, request):
+        assigned = bool(app.consumer.assignment()) if app.consumer else False
+        ok = assigned and not app.rebalancing
+        body = {"ready": ok, "assigned": assigned, "building": sorted(tracker.pending)}
+        return web.json(body, status=200 if ok else 503)
+
+    return app
+
+
+def run_job(
+    settings: Settings,
+    fsettings: FeatureSettings,
+    views: dict[str, FeatureView],
+    loglevel: str = "warning",
+) -> None:
+    for name in ("aiokafka", "faust", "mode"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    # before Faust subscribes: a topic missing then is only seen at the next metadata refresh
+    ensure_topics(settings, job_topics(settings, views.values()))
+    app = build_job(settings, fsettings, views)
+    worker = faust.Worker(app, loglevel=loglevel, quiet=True)
+    worker.execute_from_commandline()
