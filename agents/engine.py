@@ -33,6 +33,7 @@ from pydantic import ValidationError
 from agents import metrics
 from agents.completion import CompletionLedger
 from agents.errors import BadRecord, RetryableError
+from agents.review import REVIEWED_ROUTE, ReviewRefused, check_decidable, reviewed_result
 from agents.state import TERMINAL, new_state, record_duplicate, transition
 from agents.steps.handlers import (
     FeatureLookupStep,
@@ -52,6 +53,7 @@ from schemas.tickets import (
     DecisionStep,
     Envelope,
     ErrorClass,
+    ReviewDecision,
     StepStatus,
     TicketResult,
 )
@@ -59,6 +61,7 @@ from schemas.workflow import Step, WorkflowDefinition
 from streams.admin import RETRY_TIERS_MS
 from streams.codecs import decode, encode
 from streams.headers import (
+    REPLAY_COUNT,
     DeadLetterContext,
     child_traceparent,
     new_trace_id,
@@ -77,6 +80,7 @@ BATCH_MAX = 256
 BATCH_WITHIN_S = 0.01
 # steps skipped (degrading the ticket) once the workflow deadline has passed
 DEADLINE_GUARDED = frozenset({"inference_call"})
+REVIEW_ROUTE = "manual_review"
 
 
 @dataclass
@@ -127,6 +131,9 @@ class WorkflowEngine:
         self.ledger = CompletionLedger(settings.kafka_bootstrap, self.topics.completed)
         self._txn: dict[int, TransactionalProducer] = {}
         self._ledger_locks: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
+        # results waiting for their partition's next transaction, and the task committing
+        self._queued: dict[int, dict[str, tuple]] = defaultdict(dict)
+        self._committing: dict[int, asyncio.Future] = {}
         self._router = next(s for s in definition.steps if s.type == "router")
 
     # ---- wiring -------------------------------------------------------------------------
@@ -140,6 +147,8 @@ class WorkflowEngine:
         for delay in RETRY_TIERS_MS:
             topic = _raw_topic(self.app, self.topics.retry(delay))
             self.app.agent(topic, name=f"retry-{delay}")(self._retry_tier)
+        decisions = _raw_topic(self.app, self.topics.review_decisions)
+        self.app.agent(decisions, name="review")(self._review)
         self.app.on_partitions_revoked.connect(self._on_revoked)
         self._commit_waits_for_outputs()
 
@@ -152,7 +161,7 @@ class WorkflowEngine:
 
         async def flush() -> None:
             await faust_flush()
-            await self.producer.drain()
+            await self._drain()
 
         faust_producer.flush = flush  # type: ignore[method-assign]
 
@@ -224,6 +233,7 @@ class WorkflowEngine:
                     )
                     continue
                 degrade(env, reason)
+                env.context.deadline_passed = True
             live.append((event, env))
         outcomes = await self._run_handler(step, [env for _, env in live])
         for (event, env), outcome in zip(live, outcomes, strict=True):
@@ -310,6 +320,10 @@ class WorkflowEngine:
 
     def _retry_or_degrade(self, env: Envelope, step: Step, exc: RetryableError, t0: float) -> None:
         policy = step.retry
+        if env.context.deadline_passed:  # no time for another attempt: degraded already
+            self._record(env, step, StepStatus.degraded, t0, detail=f"{exc.code}: {exc.reason}")
+            self._forward(env, step)
+            return
         if policy is None or env.attempt >= policy.max_attempts:
             degrade(
                 env,
@@ -346,48 +360,79 @@ class WorkflowEngine:
                     await asyncio.sleep(wait)
                 self._send(self.topics.step(env.step), env)
 
+    # ---- human review -------------------------------------------------------------------
+
+    async def _review(self, stream: faust.StreamT) -> None:
+        async for event in stream.events():
+            try:
+                decision = decode(ReviewDecision, event.value)
+            except ValidationError as exc:
+                self._dead_letter(event, "review", ErrorClass.SCHEMA_VALIDATION, str(exc), 1)
+                continue
+            state = self.state.get(decision.ticket_id)
+            try:
+                check_decidable(decision.ticket_id, state)
+                result = reviewed_result(state, decision)
+            except ReviewRefused as exc:
+                log.warning("review decision refused: %s", exc)
+                metrics.REVIEWS.labels("refused").inc()
+                continue
+            self.producer.produce(
+                self.topics.out(REVIEWED_ROUTE),
+                event.key,
+                encode(result),
+                [("traceparent", child_traceparent(state["trace_id"]).encode())],
+            )
+            new = transition(state, "completed", "review")
+            new["route"] = REVIEWED_ROUTE
+            new["result"] = result.model_dump(mode="json")
+            self.state[decision.ticket_id] = new
+            metrics.REVIEWS.labels("completed").inc()
+            metrics.TICKETS.labels(REVIEWED_ROUTE).inc()
+
     # ---- the router: exactly one result per ticket --------------------------------------
 
     async def _route_batch(self, step: Step, events: Sequence[faust.EventT]) -> None:
-        t0 = time.perf_counter()
-        by_partition: dict[int, list[tuple[faust.EventT, Envelope]]] = defaultdict(list)
-        for event, env in self._admit_all(step, events):
-            by_partition[event.message.partition].append((event, env))
-        await asyncio.gather(
-            *(self._complete_partition(step, p, items, t0) for p, items in by_partition.items())
-        )
+        """Queue each new result for its partition's next transaction.
 
-    async def _complete_partition(
-        self,
-        step: Step,
-        partition: int,
-        items: list[tuple[faust.EventT, Envelope]],
-        t0: float,
-    ) -> None:
-        producer = await self._owned(partition)
-        fresh: list[tuple[faust.EventT, Envelope, TicketResult]] = []
-        records = []
-        for event, env in items:
+        The agent goes on taking tickets while a transaction commits, so the next one
+        carries everything that arrived meanwhile: the cost of a commit is paid per batch,
+        not per ticket. Faust's offset commit waits for the queue (`_drain`), so an input
+        is never acknowledged before its result is committed.
+        """
+        t0 = time.perf_counter()
+        for event, env in self._admit_all(step, events):
+            partition = event.message.partition
+            await self._owned(partition)
             tid = env.ticket.ticket_id
-            if self.ledger.has(partition, tid) or any(r.ticket_id == tid for *_, r in fresh):
+            if self.ledger.has(partition, tid) or tid in self._queued[partition]:
                 log.info("ticket %s already has its result; redelivery skipped", tid)
                 continue
-            result = self._result(env, step, t0)
-            records.append(
-                (
-                    self.topics.out(result.route),
-                    tid.encode(),
-                    encode(result),
-                    self._trace_headers(env),
-                    None,
+            self._queued[partition][tid] = (event, env, self._result(env, step, t0))
+            if partition not in self._committing:
+                self._committing[partition] = asyncio.ensure_future(
+                    self._commit_partition(step, partition)
                 )
-            )
+
+    async def _commit_partition(self, step: Step, partition: int) -> None:
+        try:
+            while self._queued[partition]:
+                batch = self._queued.pop(partition)
+                await self._commit_results(step, partition, list(batch.values()))
+        finally:
+            self._committing.pop(partition, None)
+
+    async def _commit_results(
+        self, step: Step, partition: int, items: list[tuple[faust.EventT, Envelope, TicketResult]]
+    ) -> None:
+        records = []
+        for _event, env, result in items:
+            tid = env.ticket.ticket_id.encode()
             records.append(
-                (self.topics.completed, tid.encode(), result.route.encode(), [], partition)
+                (self.topics.out(result.route), tid, encode(result), self._trace_headers(env), None)
             )
-            fresh.append((event, env, result))
-        if not records:
-            return
+            records.append((self.topics.completed, tid, result.route.encode(), [], partition))
+        producer = await self._owned(partition)
         try:
             await producer.commit(records)
         except KafkaException as exc:  # fenced: this partition has a new owner, who redoes it
@@ -399,14 +444,29 @@ class WorkflowEngine:
             self._txn.pop(partition, None)
             self.ledger.forget(partition)
             return
-        for event, env, result in fresh:
+        for event, env, result in items:
             self.ledger.add(partition, result.ticket_id)
             _as_current(event)
-            status = "degraded" if result.degraded else "completed"
-            self._set_state(env, status, step.name, route=result.route)
+            if result.route == REVIEW_ROUTE:  # a person decides next (agents/review.py)
+                self._set_state(
+                    env,
+                    "awaiting_review",
+                    step.name,
+                    route=result.route,
+                    result=result.model_dump(mode="json"),
+                )
+            else:
+                status = "degraded" if result.degraded else "completed"
+                self._set_state(env, status, step.name, route=result.route)
             metrics.TICKETS.labels(result.route).inc()
             metrics.WORKFLOW_DURATION.observe(result.latency_ms / 1000)
             self._audit(env, step, env.path[-1])
+
+    async def _drain(self) -> None:
+        """Until every queued result is committed (called before offsets are committed)."""
+        while self._committing:
+            await asyncio.gather(*list(self._committing.values()), return_exceptions=True)
+        await self.producer.drain()
 
     async def _owned(self, partition: int) -> TransactionalProducer:
         """This worker's producer for `partition`, fencing any earlier owner, ledger loaded."""
@@ -511,10 +571,19 @@ class WorkflowEngine:
             input_sha256=env.input_sha256,
             model_version=pred.model_version if pred else None,
             detail=entry.detail,
+            # explicit: model_construct would inspect the default factory's signature per call
+            at=_utcnow(),
         )
         self.producer.produce(self.topics.audit, env.ticket.ticket_id.encode(), encode(audit))
 
-    def _set_state(self, env: Envelope, status: str, step: str, route: str | None = None) -> None:
+    def _set_state(
+        self,
+        env: Envelope,
+        status: str,
+        step: str,
+        route: str | None = None,
+        result: dict | None = None,
+    ) -> None:
         tid = env.ticket.ticket_id
         state = self.state.get(tid) or new_state(
             tid, env.arrival, env.trace_id, env.workflow, env.workflow_version
@@ -524,6 +593,8 @@ class WorkflowEngine:
         new = transition(state, status, step, env.attempt)
         if route is not None:
             new["route"] = route
+        if result is not None:
+            new["result"] = result
         self.state[tid] = new
 
     def _dead_letter(
@@ -549,7 +620,10 @@ class WorkflowEngine:
             exception=reason,
             traceparent=parent or (child_traceparent(env.trace_id) if env else new_traceparent()),
         )
-        self.producer.produce(self.topics.dlq, event.key, event.value, ctx.headers())
+        replays = int(_header(event, REPLAY_COUNT) or 0)
+        # a record that failed again after its replays is parked instead of looping
+        topic = self.topics.dlq_parked if replays >= self.settings.max_replays else self.topics.dlq
+        self.producer.produce(topic, event.key, event.value, ctx.headers(replays))
         metrics.DLQ.labels(step, error_class.value).inc()
         log.warning(
             "dead-lettered %s[%d]@%d at %s: %s %s",

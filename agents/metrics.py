@@ -17,3 +17,4 @@ DLQ = Counter("dlq_records_total", "Records dead-lettered", ["step", "error_clas
 RETRIES = Counter("retries_total", "Step attempts sent to a retry tier", ["step"])
 DUPLICATES = Counter("workflow_duplicates_total", "Second arrivals of a ticket_id, dropped")
 BREAKER = Gauge("circuit_breaker_state", "0 closed, 1 half-open, 2 open", ["target"])
+REVIEWS = Counter("workflow_review_decisions_total", "Review decisions, by outcome", ["outcome"])

@@ -301,6 +301,9 @@ def bench_features(
     benchmark_requests: Annotated[
         int, typer.Option(help="requests of the redis-benchmark run")
     ] = 200_000,
+    workers: Annotated[
+        int, typer.Option(help="feature job processes (one consumer group)", min=1, max=8)
+    ] = 1,
     out: Annotated[Path, typer.Option(help="where the JSON and the PNG go")] = Path(
         "bench/results"
     ),
@@ -313,6 +316,7 @@ def bench_features(
         entities=entities,
         reads=reads,
         benchmark_requests=benchmark_requests,
+        workers=workers,
         out=out,
         echo=console.print,
     )

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 import faust
 import mode
 import redis.asyncio as aioredis
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import generate_latest
 
 from feature_jobs import metrics
 from feature_jobs.drift import DriftChecker, Thresholds, preload_great_expectations
@@ -41,6 +41,7 @@ from streams.topics import Topics
 log = logging.getLogger(__name__)
 
 APP_ID = "ticketflow-features"
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4"
 
 
 def views_digest(views: Iterable[FeatureView]) -> str:
@@ -75,6 +76,7 @@ class BuildTracker:
         self._group = group_id
         self.pending: dict[str, FeatureView] = {}
         self._targets: dict[str, dict[int, tuple[int, int]]] = {}
+        self._consumer = None
 
     async def start(self) -> None:
         for v in self._views:
@@ -124,23 +126,26 @@ class BuildTracker:
     def _caught_up(self) -> set[str]:
         from confluent_kafka import Consumer, TopicPartition
 
-        c = Consumer(
-            {
-                "bootstrap.servers": self._settings.kafka_bootstrap,
-                "group.id": self._group,
-                "enable.auto.commit": False,
-            }
-        )
-        try:
-            done = set()
-            for topic, parts in self._targets.items():
-                tps = [TopicPartition(topic, p) for p, (lo, hi) in parts.items() if hi > lo]
-                committed = {tp.partition: tp.offset for tp in c.committed(tps, timeout=10)}
-                if all(committed.get(tp.partition, -1) >= parts[tp.partition][1] for tp in tps):
-                    done.add(topic)
-            return done
-        finally:
-            c.close()
+        if self._consumer is None:  # one client for the whole build: making one costs
+            self._consumer = Consumer(
+                {
+                    "bootstrap.servers": self._settings.kafka_bootstrap,
+                    "group.id": self._group,
+                    "enable.auto.commit": False,
+                }
+            )
+        done = set()
+        for topic, parts in self._targets.items():
+            tps = [TopicPartition(topic, p) for p, (lo, hi) in parts.items() if hi > lo]
+            committed = {tp.partition: tp.offset for tp in self._consumer.committed(tps, 10)}
+            if all(committed.get(tp.partition, -1) >= parts[tp.partition][1] for tp in tps):
+                done.add(topic)
+        return done
+
+    def _close_consumer(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
 
     async def check(self) -> None:
         if not self.pending:
@@ -156,6 +161,8 @@ class BuildTracker:
             del self.pending[name]
             metrics.BUILT.labels(name).set(1)
             log.warning("feature view %s: built under signature %s, now served", name, k.tag)
+        if not self.pending:
+            await asyncio.to_thread(self._close_consumer)
 
     async def refresh(self) -> None:
         for v in self._views:
@@ -165,6 +172,55 @@ class BuildTracker:
             await self._redis.eval(
                 REFRESH_BUILT_LUA, 2, k.built, k.pointer, k.signature, marker_ttl_ms(v)
             )
+
+
+async def event_batches(app: faust.App, stream, max_n: int, within_s: float):
+    """Batches of an agent's events, acknowledged once the caller is done with each batch.
+
+    `Stream.take_events` hands events over one at a time through the stream's machinery
+    (several tasks per event), which caps a worker near 7k events/s on two cores; this reads
+    the agent's channel queue directly, as `Stream.__aiter__` does inline, keeping its
+    bookkeeping: messages are tracked before processing and acked after, and events of a
+    previous consumer generation (from before a rebalance) are acked without processing,
+    since the new owner of their partition will see them again.
+    """
+    from faust.types import EventT
+
+    channel = aiter(stream.channel)  # registers the channel with the conductor
+    queue = channel.queue
+    loop = asyncio.get_running_loop()
+    acking = app.topics.acking_topics
+    while True:
+        batch = [await queue.get()]
+        deadline = loop.time() + within_s
+        while len(batch) < max_n:
+            if not queue.empty():
+                batch.append(queue.get_nowait())
+            elif loop.time() < deadline:
+                await asyncio.sleep(0.001)  # let the consumer deliver what it fetched
+            else:
+                break
+        consumer = app.consumer
+        generation = app.consumer_generation_id
+        flowing = app.flow_control.is_active()
+        events = []
+        for event in batch:
+            if not isinstance(event, EventT):
+                continue
+            message = event.message
+            if message.topic in acking and not message.tracked:
+                message.tracked = True
+                consumer.track_message(message)
+            if flowing and message.generation_id == generation:
+                events.append(event)
+        try:
+            yield events
+        finally:
+            message_out = app.sensors.on_message_out
+            for event in batch:
+                if isinstance(event, EventT) and event.ack():
+                    message = event.message
+                    message_out(message.tp, message.offset, message)
 
 
 def job_topics(settings: Settings, views: Iterable[FeatureView]) -> dict[str, dict]:
@@ -183,7 +239,13 @@ def build_job(
     view_list = list(views.values())
     topics = Topics(settings.topic_prefix)
     app_id = job_app_id(view_list)
-    app = create_app(settings, app_id=app_id, web_port=fsettings.web_port, **app_overrides)
+    overrides = {
+        # offsets only matter for restarts and for telling when a rebuild is through: a
+        # commit a second is plenty, and commits cost this job more than its Redis writes
+        "broker_commit_interval": 1.0,
+        **app_overrides,
+    }
+    app = create_app(settings, app_id=app_id, web_port=fsettings.web_port, **overrides)
     group_id = f"{settings.topic_prefix}{app_id}"
     redis = aioredis.from_url(settings.redis_url, socket_timeout=5.0, socket_connect_timeout=2.0)
     prefix = fsettings.key_prefix
@@ -200,7 +262,10 @@ def build_job(
         )
 
         async def update(stream):
-            async for events in stream.take_events(fsettings.batch_size, fsettings.batch_within_s):
+            batches = event_batches(app, stream, fsettings.batch_size, fsettings.batch_within_s)
+            async for events in batches:
+                if not events:
+                    continue
                 values = [e.value for e in events]
                 delay = 0.2
                 while True:
@@ -250,7 +315,7 @@ def build_job(
             await checker.close()
             await redis.aclose()
 
-    @app.timer(1.0)
+    @app.timer(2.0)
     async def _build_check() -> None:
         try:
             await tracker.check()
@@ -287,7 +352,8 @@ def build_job(
 
     @app.page("/metrics")
     async def _metrics(web, request):
-        return web.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST)
+        # aiohttp refuses a charset inside content_type (CONTENT_TYPE_LATEST has one)
+        return web.bytes(generate_latest(), content_type=METRICS_CONTENT_TYPE)
 
     @app.page("/ready")
     async def _ready(web, request):
@@ -305,6 +371,14 @@ def run_job(
     views: dict[str, FeatureView],
     loglevel: str = "warning",
 ) -> None:
+    try:  # libuv's loop: the consumer's per-message tasks cost less on it (about 15 %)
+        import uvloop  # noqa: F401
+
+        import mode.loop
+
+        mode.loop.use("uvloop")
+    except ImportError:
+        pass
     for name in ("aiokafka", "faust", "mode"):
         logging.getLogger(name).setLevel(logging.WARNING)
     # before Faust subscribes: a topic missing then is only seen at the next metadata refresh

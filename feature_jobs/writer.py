@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from redis.exceptions import NoScriptError, ResponseError
 
 from feature_jobs import metrics
+from feature_jobs.resp import ReplyError, RespConnection
 from feature_jobs.store import OUTCOMES, UPDATE_LUA, ViewEncoder
 from schemas.features import FeatureView
 from schemas.tickets import Ticket
@@ -80,6 +81,7 @@ class FeatureWriter:
         self._recent_retention_ms = int(recent_retention_s * 1000)
         self._metrics = record_metrics
         self.newest_ms: dict[str, int] = {}
+        self._resp = RespConnection.for_client(redis)
 
     async def load_script(self) -> None:
         await self._redis.script_load(UPDATE_LUA)
@@ -92,45 +94,47 @@ class FeatureWriter:
         outcomes: dict[str, Counter[str]] = {e.view.name: Counter() for e in self.encoders}
         calls: list[tuple[int, int]] = []  # (encoder, event time) of each script call
         touched: list[list[str]] = [[] for _ in self.encoders]
-        pool = self._redis.connection_pool
-        conn = await pool.get_connection()
+        link = await self._link()
         try:
             started = time.perf_counter()
-            sent = await self._send(conn, values, now_ms, outcomes, calls, touched)
-            results: list[Any] = []
-            for _ in range(sent):
-                try:
-                    results.append(await conn.read_response())
-                except ResponseError as exc:
-                    results.append(exc)
+            sent = await self._send(link, values, now_ms, outcomes, calls, touched)
+            results = await link.replies(sent)
         except BaseException:
-            await conn.disconnect()
+            await link.abort()
             raise
         finally:
-            await pool.release(conn)
-        if any(isinstance(r, NoScriptError) for r in results):
+            await link.release()
+        if any(_is_noscript(r) for r in results):
             # Redis lost its scripts (a restart): load it and run the batch again, which the
             # script's de-duplication makes safe for the events that did get through
             if _reloaded:
-                raise next(r for r in results if isinstance(r, NoScriptError))
+                raise NoScriptError(str(next(r for r in results if _is_noscript(r))))
             await self.load_script()
             return await self.apply(values, now_ms, _reloaded=True)
         if self._metrics and sent:
             metrics.BATCH_SECONDS.observe(time.perf_counter() - started)
+        names = [e.view.name for e in self.encoders]
+        newest = self.newest_ms
         for (k, ts), r in zip(calls, results, strict=False):
-            if isinstance(r, Exception):
-                raise r
-            name = self.encoders[k].view.name
-            outcomes[name][OUTCOMES.get(int(r), "invalid")] += 1
-            if int(r) == 0 and ts > self.newest_ms.get(name, 0):
-                self.newest_ms[name] = ts
+            if not isinstance(r, int):
+                raise ResponseError(f"update script failed: {r!r}")
+            name = names[k]
+            outcomes[name][OUTCOMES[r]] += 1
+            if r == 0 and ts > newest.get(name, 0):
+                newest[name] = ts
         for r in results[len(calls) :]:
             if isinstance(r, Exception):
-                raise r
+                raise ResponseError(f"recent-entities update failed: {r!r}")
         self._count(outcomes)
         return outcomes
 
-    async def _send(self, conn, values, now_ms, outcomes, calls, touched) -> int:
+    async def _link(self) -> _Link:
+        if self._resp is not None:
+            return _RespLink(self._resp)
+        conn = await self._redis.connection_pool.get_connection()
+        return _PoolLink(self._redis, conn)
+
+    async def _send(self, link, values, now_ms, outcomes, calls, touched) -> int:
         """Encode and send the batch's commands, a chunk at a time (Redis runs the first
         chunks while the next are encoded); returns how many replies to read."""
         # packed by hiredis: redis-py's asyncio pipeline packs in Python, which costs more
@@ -167,7 +171,7 @@ class FeatureWriter:
                 calls.append((k, ts))
                 touched[k].append(entity)
             if len(chunk) >= SEND_CHUNK:
-                await conn.send_packed_command(b"".join(chunk), check_health=False)
+                await link.send(b"".join(chunk))
                 sent += len(chunk)
                 chunk = []
         for k, enc in enumerate(self.encoders):
@@ -186,7 +190,7 @@ class FeatureWriter:
             chunk.append(pack(("ZREMRANGEBYRANK", recent, 0, -self._recent_cap - 1)))
             chunk.append(pack(("PEXPIRE", recent, self._recent_retention_ms)))
         if chunk:
-            await conn.send_packed_command(b"".join(chunk), check_health=False)
+            await link.send(b"".join(chunk))
             sent += len(chunk)
         return sent
 
@@ -200,3 +204,62 @@ class FeatureWriter:
             newest = self.newest_ms.get(name)
             if newest is not None:
                 metrics.LAG.labels(name).set(max(0.0, now - newest / 1000))
+
+
+def _is_noscript(reply: Any) -> bool:
+    return isinstance(reply, (ReplyError, ResponseError)) and str(reply).startswith("NOSCRIPT")
+
+
+class _Link:
+    """Where a batch's commands go: the lean connection, or a redis-py pool connection."""
+
+    async def send(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    async def replies(self, n: int) -> list[Any]:
+        raise NotImplementedError
+
+    async def abort(self) -> None:
+        return None
+
+    async def release(self) -> None:
+        return None
+
+
+class _RespLink(_Link):
+    def __init__(self, conn: RespConnection) -> None:
+        self._conn = conn
+
+    async def send(self, data: bytes) -> None:
+        await self._conn.send(data)
+
+    async def replies(self, n: int) -> list[Any]:
+        return await self._conn.replies(n)
+
+    async def abort(self) -> None:
+        self._conn.close()
+
+
+class _PoolLink(_Link):
+    """Through a redis-py pool connection (TLS, unix sockets): slower, same protocol."""
+
+    def __init__(self, client: aioredis.Redis, conn: Any) -> None:
+        self._client, self._conn = client, conn
+
+    async def send(self, data: bytes) -> None:
+        await self._conn.send_packed_command(data, check_health=False)
+
+    async def replies(self, n: int) -> list[Any]:
+        out: list[Any] = []
+        for _ in range(n):
+            try:
+                out.append(await self._conn.read_response())
+            except ResponseError as exc:
+                out.append(exc)
+        return out
+
+    async def abort(self) -> None:
+        await self._conn.disconnect()
+
+    async def release(self) -> None:
+        await self._client.connection_pool.release(self._conn)

@@ -7,6 +7,20 @@ has waited `max_queue_delay_us`, with up to `max_inflight_batches` batches at Tr
 that does not fit is answered OVERLOADED at once instead of waiting, and an input whose
 deadline has passed is dropped before it is sent and answered TIMEOUT.
 
+Admission: a request that cannot be answered in time is refused at once rather than queued
+to expire. Once a few batches have been timed, the batcher knows what a batch costs (an
+exponentially weighted mean of Triton call times) and estimates when a new request would be
+answered: the batches ahead of it, spread over the in-flight slots, plus its own. Beyond its
+deadline, it is refused: TIMEOUT when even an empty queue could not make it (the deadline is
+shorter than one batch), else OVERLOADED (the queue is the problem; retry elsewhere or later).
+
+Adaptive delay (`adaptive_delay=True`): instead of always waiting up to `max_queue_delay_us`
+for a batch to fill, wait a fraction of the measured batch cost, capped by
+`max_queue_delay_us`, and not at all when inputs arrive too slowly for another one to come in
+that time. At low load a cheap model then answers without the full wait; under load, or for
+an expensive model, batches fill as in the fixed mode (a fraction of a 100 ms batch is worth
+waiting for, a fraction of a 1 ms one is not).
+
 Deadlines are absolute `time.monotonic()` seconds (the clock of asyncio's default loop).
 """
 
@@ -15,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -78,6 +93,54 @@ class BatcherStats:
     batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=4096))
     dropped_expired: int = 0
     rejected_full: int = 0
+    rejected_late: int = 0  # refused at once: the estimate said the deadline cannot be met
+
+
+class _Ewma:
+    """An exponentially weighted mean; None until the first sample."""
+
+    def __init__(self, alpha: float) -> None:
+        self.alpha = alpha
+        self.value: float | None = None
+
+    def add(self, x: float) -> None:
+        self.value = x if self.value is None else self.value + self.alpha * (x - self.value)
+
+
+class CostModel:
+    """seconds(batch size) ~ a + b * size, fitted by exponentially weighted least squares.
+
+    v1's batches cost a fixed ~1 ms whatever their size; v2's grow with every input: a
+    single mean of batch times would refuse a one-ticket request to v2 because the last
+    32-ticket batch took 300 ms. With one batch size only seen so far, the cost is taken as
+    proportional to size (optimistic for small batches: it errs towards admitting).
+    """
+
+    def __init__(self, alpha: float = 0.1) -> None:
+        self.alpha = alpha
+        self.samples = 0
+        self._m = [0.0] * 5  # weighted means of 1, x, y, x*x, x*y
+
+    def add(self, size: int, seconds: float) -> None:
+        self.samples += 1
+        w = max(self.alpha, 1.0 / self.samples)  # a plain mean until 1/alpha samples
+        for i, v in enumerate((1.0, size, seconds, size * size, size * seconds)):
+            self._m[i] += w * (v - self._m[i])
+
+    def predict(self, size: int) -> float | None:
+        if self.samples == 0:
+            return None
+        _, mx, my, mxx, mxy = self._m
+        var = mxx - mx * mx
+        if var > 1e-6 * max(mxx, 1.0):
+            b = max((mxy - mx * my) / var, 0.0)
+            a = max(my - b * mx, 0.0)
+            return a + b * size
+        return my * size / mx if mx > 0 else my
+
+    @property
+    def mean_s(self) -> float | None:
+        return self._m[2] if self.samples else None
 
 
 class DynamicBatcher:
@@ -91,13 +154,24 @@ class DynamicBatcher:
         max_queue_delay_us: int = 2000,
         max_queue_size: int = 1024,
         max_inflight_batches: int = 2,
+        adaptive_delay: bool = False,
+        adaptive_fraction: float = 0.5,
+        admission: bool = True,
     ) -> None:
         self.model = model
         self.version = version
         self.max_batch_size = max_batch_size
         self.max_queue_size = max_queue_size
+        self.max_inflight_batches = max_inflight_batches
+        self.adaptive_delay = adaptive_delay
+        self.adaptive_fraction = adaptive_fraction
+        self.admission = admission
         self._infer = infer
         self._delay_s = max_queue_delay_us / 1e6
+        self._cost = CostModel()  # seconds per Triton call, by batch size
+        self._gap = _Ewma(0.2)  # seconds between arriving inputs
+        self._last_arrival: float | None = None
+        metrics.BATCH_DELAY.labels(model, version).set(self._delay_s)
         self._queue: deque[_Slice] = deque()
         self._depth = 0  # inputs in the queue
         self._wakeup = asyncio.Event()
@@ -110,6 +184,33 @@ class DynamicBatcher:
     @property
     def depth(self) -> int:
         return self._depth
+
+    @property
+    def cost_model(self) -> CostModel:
+        return self._cost
+
+    def current_delay_s(self) -> float:
+        """How long a partial batch may wait for more inputs now."""
+        if not self.adaptive_delay:
+            return self._delay_s
+        cost = self._cost.predict(self.max_batch_size)
+        if cost is None:
+            return self._delay_s
+        delay = min(self._delay_s, self.adaptive_fraction * cost)
+        gap = self._gap.value
+        if gap is None or gap > delay:
+            return 0.0  # no other input is likely to arrive in that time: go now
+        return delay
+
+    def estimate_s(self, n: int) -> float | None:
+        """Seconds until a request of `n` inputs submitted now would be answered (a guess)."""
+        if self._cost.samples < 3:
+            return None
+        queued = self._depth + n
+        waves = math.ceil(queued / self.max_batch_size)
+        full = self._cost.predict(self.max_batch_size) or 0.0
+        last = self._cost.predict(queued - (waves - 1) * self.max_batch_size) or 0.0
+        return (waves - 1) * full / self.max_inflight_batches + last
 
     async def submit(self, texts: Sequence[str], deadline: float) -> np.ndarray:
         """Scores [len(texts), k] for `texts`, or a `GatewayError` (OVERLOADED, TIMEOUT, ...)."""
@@ -144,12 +245,37 @@ class DynamicBatcher:
         now = time.monotonic()
         if deadline <= now:
             raise GatewayError(ErrorCode.TIMEOUT, "the deadline passed before the request queued")
+        self._refuse_if_late(n, deadline - now)
+        if self._last_arrival is not None:
+            self._gap.add((now - self._last_arrival) / n)
+        self._last_arrival = now
         future: asyncio.Future[np.ndarray] = asyncio.get_running_loop().create_future()
         request = _Request(texts, deadline, future, enqueued_at=now, pending=n)
         self._queue.append(_Slice(request, 0, n))
         self._change_depth(n)
         self._wakeup.set()
         return request
+
+    def _refuse_if_late(self, n: int, left_s: float) -> None:
+        if not self.admission:
+            return
+        estimate = self.estimate_s(n)
+        if estimate is None or estimate <= left_s:
+            return
+        self.stats.rejected_late += 1
+        cost = self._cost.predict(min(n, self.max_batch_size)) or 0.0
+        if cost > left_s:
+            raise GatewayError(
+                ErrorCode.TIMEOUT,
+                f"a deadline of {left_s * 1000:.0f} ms is shorter than one batch of "
+                f"{self.model} {self.version} (~{cost * 1000:.0f} ms); refused at once",
+            )
+        raise GatewayError(
+            ErrorCode.OVERLOADED,
+            f"{self.model} {self.version} would answer in ~{estimate * 1000:.0f} ms "
+            f"({self._depth} inputs queued), after the deadline of {left_s * 1000:.0f} ms; "
+            "refused at once",
+        )
 
     def _timeout_message(self, request: _Request) -> str:
         waited_ms = (time.monotonic() - request.enqueued_at) * 1000
@@ -159,7 +285,7 @@ class DynamicBatcher:
 
     def _change_depth(self, delta: int) -> None:
         self._depth += delta
-        metrics.QUEUE_DEPTH.labels(self.model).inc(delta)
+        metrics.QUEUE_DEPTH.labels(self.model, self.version).inc(delta)
 
     def _ensure_worker(self) -> None:
         # started lazily, on the loop of the first caller; restarted if it ever died
@@ -192,8 +318,10 @@ class DynamicBatcher:
             await self._wakeup.wait()
 
     async def _wait_until_full_or_due(self) -> None:
+        delay = self.current_delay_s()
+        metrics.BATCH_DELAY.labels(self.model, self.version).set(delay)
         while self._depth < self.max_batch_size:
-            due = self._queue[0].request.enqueued_at + self._delay_s
+            due = self._queue[0].request.enqueued_at + delay
             left = due - time.monotonic()
             if left <= 0:
                 return
@@ -238,10 +366,14 @@ class DynamicBatcher:
             texts = [t for s in batch for t in s.request.texts[s.start : s.stop]]
             self.stats.batches += 1
             self.stats.batch_sizes.append(len(texts))
-            metrics.BATCH_SIZE.labels(self.model).observe(len(texts))
+            metrics.BATCH_SIZE.labels(self.model, self.version).observe(len(texts))
             # the latest deadline of the batch: no input is cut short by an earlier one
             timeout_s = max(s.request.deadline for s in batch) - time.monotonic()
+            started = time.monotonic()
             scores = await self._call(texts, max(timeout_s, 0.001))
+            cost = time.monotonic() - started
+            self._cost.add(len(texts), cost)
+            metrics.BATCH_SECONDS.labels(self.model, self.version).observe(cost)
             offset = 0
             for piece in batch:
                 piece.request.fill(piece.start, scores[offset : offset + len(piece)])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import zlib
 
+from inference_gateway import metrics
 from inference_gateway.errors import ErrorCode, GatewayError
 from schemas.routing import RoutingConfig
 
@@ -59,10 +60,27 @@ class Router:
             self.update(config)
 
     def update(self, config: RoutingConfig) -> None:
-        """Adopt `config` for model `config.name` (as published on `config.routing`)."""
+        """Adopt `config` for model `config.name` (as published on `config.routing`).
+
+        The mapping is replaced, never changed in place (copy on write), so a request routed
+        while the watcher's thread updates sees the old configs or the new ones, never a mix.
+        """
         for version in config.versions:
             triton_version(version)  # refuse a version Triton could not be asked for
-        self._configs[config.name] = config
+        old = self._configs.get(config.name)
+        self._configs = {**self._configs, config.name: config}
+        for version in old.versions if old else ():
+            if version not in config.versions:
+                metrics.ROUTING_WEIGHT.labels(config.name, version).set(0)
+        for version, weight in config.versions.items():
+            metrics.ROUTING_WEIGHT.labels(config.name, version).set(weight)
+
+    def remove(self, model: str) -> None:
+        """Forget `model`'s config (a tombstone on `config.routing`): it becomes unknown."""
+        old = self._configs.get(model)
+        self._configs = {k: v for k, v in self._configs.items() if k != model}
+        for version in old.versions if old else ():
+            metrics.ROUTING_WEIGHT.labels(model, version).set(0)
 
     def config(self, model: str) -> RoutingConfig | None:
         return self._configs.get(model)

@@ -13,6 +13,7 @@ go elsewhere or retry), admitted ones finish, then it exits.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 from typing import Any
@@ -26,6 +27,7 @@ from inference_gateway import metrics
 from inference_gateway.config import GatewayConfig
 from inference_gateway.errors import ErrorCode, GatewayError
 from inference_gateway.routing import Router
+from inference_gateway.routing_watch import RoutingWatcher, routing_topic
 from inference_gateway.service import InferenceBackend, InferenceService
 from inference_gateway.triton import TritonClient
 from schemas.gateway import PredictRequest
@@ -138,6 +140,15 @@ class GatewayServer:
         self.app = create_app(config, backend, router)
         self._runner = web.AppRunner(self.app, handle_signals=False, access_log=None)
         self.port: int | None = None
+        self.watcher: RoutingWatcher | None = None
+        if config.kafka_bootstrap:
+            self.watcher = RoutingWatcher(
+                self.service.router,
+                config.kafka_bootstrap,
+                routing_topic(config.topic_prefix),
+            )
+            watcher = self.watcher
+            self.service.routing_status = lambda: dataclasses.asdict(watcher.status)
 
     @property
     def service(self) -> InferenceService:
@@ -148,6 +159,17 @@ class GatewayServer:
         return f"http://{self.config.host}:{self.port}"
 
     async def start(self) -> None:
+        if self.watcher is not None:
+            # read config.routing to its end (bounded) so the first requests follow it
+            caught_up = await asyncio.to_thread(self.watcher.start)
+            if not caught_up:
+                log.warning(
+                    "routing: %s not read within %.0f s (Kafka at %s); serving with the "
+                    "configs at hand (for now: all to each default version)",
+                    self.watcher.topic,
+                    self.watcher.initial_timeout_s,
+                    self.watcher.bootstrap,
+                )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True)
         await site.start()
@@ -158,6 +180,8 @@ class GatewayServer:
         """Drain (503 to new predicts, admitted ones finish), then close everything."""
         await self.service.drain(self.config.shutdown_grace_s)
         await self._runner.cleanup()
+        if self.watcher is not None:
+            await asyncio.to_thread(self.watcher.stop)
 
     async def __aenter__(self) -> GatewayServer:
         await self.start()

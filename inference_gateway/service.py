@@ -1,8 +1,15 @@
 """The gateway's work, apart from HTTP: route a request, batch it, shape the answer, drain.
 
-`InferenceService` owns the router and one `DynamicBatcher` per (model, version), created
-on first use. Its backend is anything with `TritonClient`'s `infer`/`ready`/`close`, so the
-tests run it on a fake.
+`InferenceService` owns the router, the response cache and one `DynamicBatcher` per (model,
+version), created on first use. Its backend is anything with `TritonClient`'s
+`infer`/`ready`/`close`, so the tests run it on a fake.
+
+Each input's text is normalised once (`cache.normalize_text`) and then looked up, in order:
+1. the response cache, by (model, version, normalised text): a hit is answered at once;
+2. the same text earlier in the request, or already in flight for another request: it
+   shares that computation (`dedupe`); if that one fails for lack of *its* time (TIMEOUT) or
+   its caller goes away while this one still has time, this one is computed on its own;
+3. else it goes to the batcher, and its scores go into the cache.
 """
 
 from __future__ import annotations
@@ -11,12 +18,15 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
+from inference_gateway import metrics
 from inference_gateway.batcher import DynamicBatcher
+from inference_gateway.cache import Key, ResponseCache, cache_key, normalize_text
 from inference_gateway.config import GatewayConfig
 from inference_gateway.errors import ErrorCode, GatewayError
 from inference_gateway.routing import Router
@@ -39,6 +49,20 @@ class InferenceBackend(Protocol):
     async def close(self) -> None: ...
 
 
+@dataclass(eq=False)
+class _Flight:
+    """A text being computed for some request; others with the same text may await it."""
+
+    future: asyncio.Future[np.ndarray]
+    deadline: float
+
+
+def _consume_exception(future: asyncio.Future[np.ndarray]) -> None:
+    # a shared result nobody else awaited must not log "exception was never retrieved"
+    if not future.cancelled():
+        future.exception()
+
+
 class InferenceService:
     def __init__(
         self, backend: InferenceBackend, config: GatewayConfig, router: Router | None = None
@@ -46,6 +70,11 @@ class InferenceService:
         self.backend = backend
         self.config = config
         self.router = router or Router()
+        self.cache = ResponseCache(config.cache_size, config.cache_ttl_s)
+        self._flights: dict[Key, _Flight] = {}
+        self._lookups: dict[tuple[str, str], list[int]] = {}  # (hits, lookups)
+        # set by the server when a routing watcher runs: its status goes into /readyz
+        self.routing_status: Callable[[], dict[str, Any]] | None = None
         self._batchers: dict[tuple[str, str], DynamicBatcher] = {}
         self._draining = False
         self._inflight = 0
@@ -71,6 +100,8 @@ class InferenceService:
                 max_queue_delay_us=self.config.max_queue_delay_us,
                 max_queue_size=self.config.max_queue_size,
                 max_inflight_batches=self.config.max_inflight_batches,
+                adaptive_delay=self.config.adaptive_delay,
+                admission=self.config.admission,
             )
         return self._batchers[key]
 
@@ -112,15 +143,134 @@ class InferenceService:
         version = self.router.choose(model, request.inputs[0].id, request.version)
         timeout_ms = request.timeout_ms or self.config.default_timeout_ms
         deadline = time.monotonic() + timeout_ms / 1000
-        texts = [item.text for item in request.inputs]
+        texts = [normalize_text(item.text) for item in request.inputs]
         batcher = await self._batcher_for(model, version)
-        scores = await batcher.submit(texts, deadline)
+        scores = await self._scores(batcher, texts, deadline)
+        metrics.OUTPUTS.labels(model, version).inc(len(texts))
         return {
             "model": model,
             "version": version,
             "outputs": outputs_of(request.inputs, scores),
             "latency_ms": round((time.perf_counter() - started) * 1000, 3),
         }
+
+    async def _scores(
+        self, batcher: DynamicBatcher, texts: list[str], deadline: float
+    ) -> np.ndarray:
+        """Scores [len(texts), k]: from the cache, shared with identical inputs, or computed."""
+        model, version = batcher.model, batcher.version
+        rows: list[np.ndarray | None] = [None] * len(texts)
+        # texts to compute: (key, indices answered); keyed by cache key, or by index when
+        # dedupe is off (every input is then computed, duplicates too)
+        todo: dict[Any, tuple[Key, list[int]]] = {}
+        joined: dict[int, asyncio.Future[np.ndarray]] = {}
+        counts = {"hit": 0, "miss": 0, "shared": 0}
+        for i, text in enumerate(texts):
+            key = cache_key(model, version, text)
+            row = self.cache.get(key)
+            if row is not None:
+                rows[i] = row
+                counts["hit"] += 1
+            elif self.config.dedupe and key in todo:
+                todo[key][1].append(i)
+                counts["shared"] += 1
+            elif (flight := self._joinable(key)) is not None:
+                joined[i] = flight.future
+                counts["shared"] += 1
+            else:
+                todo[key if self.config.dedupe else i] = (key, [i])
+                counts["miss"] += 1
+        self._count_lookups(model, version, counts)
+        if todo:
+            await self._compute(batcher, texts, todo, rows, deadline)
+        for i, future in joined.items():
+            rows[i] = await self._join(batcher, future, texts[i], deadline)
+        return np.stack(rows)  # type: ignore[arg-type]
+
+    def _joinable(self, key: Key) -> _Flight | None:
+        if not self.config.dedupe:
+            return None
+        flight = self._flights.get(key)
+        return None if flight is None or flight.future.done() else flight
+
+    async def _compute(
+        self,
+        batcher: DynamicBatcher,
+        texts: list[str],
+        todo: dict[Any, tuple[Key, list[int]]],
+        rows: list[np.ndarray | None],
+        deadline: float,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        flights: list[_Flight] = []
+        for key, _ in todo.values():
+            flight = _Flight(loop.create_future(), deadline)
+            flight.future.add_done_callback(_consume_exception)
+            flights.append(flight)
+            if self.config.dedupe:
+                self._flights[key] = flight
+        try:
+            scores = await batcher.submit([texts[ix[0]] for _, ix in todo.values()], deadline)
+        except asyncio.CancelledError:
+            for flight in flights:
+                flight.future.cancel()  # those who joined compute for themselves
+            raise
+        except BaseException as error:
+            for flight in flights:
+                flight.future.set_exception(error)
+            raise
+        finally:
+            for (key, _), flight in zip(todo.values(), flights, strict=True):
+                if self._flights.get(key) is flight:
+                    del self._flights[key]
+        for j, ((key, indices), flight) in enumerate(zip(todo.values(), flights, strict=True)):
+            row = scores[j]
+            self.cache.put(key, row)
+            flight.future.set_result(row)
+            for i in indices:
+                rows[i] = row
+        metrics.CACHE_ENTRIES.set(len(self.cache))
+
+    async def _join(
+        self,
+        batcher: DynamicBatcher,
+        future: asyncio.Future[np.ndarray],
+        text: str,
+        deadline: float,
+    ) -> np.ndarray:
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), deadline - time.monotonic())
+        except asyncio.TimeoutError:
+            raise GatewayError(
+                ErrorCode.TIMEOUT,
+                f"no answer from {batcher.model} {batcher.version} within the deadline",
+            ) from None
+        except asyncio.CancelledError:
+            if not future.cancelled():
+                raise  # we were cancelled, not the request we joined
+        except GatewayError as error:
+            # the request we joined ran out of *its* time; ours may be later: try ourselves
+            if error.code is not ErrorCode.TIMEOUT or time.monotonic() >= deadline:
+                raise
+        # the request we joined was cancelled or timed out before us: compute ourselves
+        return (await batcher.submit([text], deadline))[0]
+
+    def _count_lookups(self, model: str, version: str, counts: dict[str, int]) -> None:
+        if not self.cache.enabled and not self.config.dedupe:
+            return
+        for result, n in counts.items():
+            if n:
+                metrics.CACHE.labels(model, version, result).inc(n)
+        tally = self._lookups.setdefault((model, version), [0, 0])
+        tally[0] += counts["hit"]
+        tally[1] += sum(counts.values())
+        if self.cache.enabled:
+            metrics.CACHE_HIT_RATIO.labels(model, version).set(tally[0] / tally[1])
+
+    def hit_ratio(self, model: str, version: str) -> float:
+        """Share of `model` `version`'s inputs answered from the cache since start."""
+        hits, total = self._lookups.get((model, version), (0, 0))
+        return hits / total if total else 0.0
 
     async def readiness(self) -> tuple[bool, dict[str, Any]]:
         """(ready, report): each model's default version is loaded and answered a probe."""
@@ -150,7 +300,10 @@ class InferenceService:
                 status = await self._probe(model, version)
                 versions[f"{model}/{version}"] = status
                 ready = ready and (status == "ok" or version != config.default)
-        return ready, {"ready": ready, "versions": versions}
+        report: dict[str, Any] = {"ready": ready, "versions": versions}
+        if self.routing_status is not None:
+            report["routing"] = self.routing_status()
+        return ready, report
 
     async def _probe(self, model: str, version: str) -> str:
         if not await self.backend.ready(model, version):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -26,6 +27,10 @@ OUTPUT_NAME = "SCORES"
 
 # Phrases in Triton's and gRPC's messages, lower-cased. Triton answers several distinct
 # failures with the same gRPC status (UNAVAILABLE), so the message is what tells them apart.
+# Checked against tritonserver 2.x (tests/integration/test_gateway_triton_errors.py): a full
+# queue is UNAVAILABLE "Exceeds maximum queue size", at once; a queue timeout is UNAVAILABLE
+# "Request timeout expired"; a stopped server is UNAVAILABLE "failed to connect to all
+# addresses ... Connection refused"; an unknown version is "Request for unknown model ...".
 _OVERLOAD_PHRASES = ("exceeds maximum queue size", "queue is full", "queue full")
 _TIMEOUT_PHRASES = ("timeout", "timed out", "deadline")
 _REFUSED_PHRASES = ("connection refused", "failed to connect", "unreachable")
@@ -40,9 +45,14 @@ def map_triton_error(status: str | None, message: str) -> GatewayError:
         return GatewayError(ErrorCode.TIMEOUT, f"Triton did not answer in time: {message}")
     if code == "INVALID_ARGUMENT":
         return GatewayError(ErrorCode.INVALID_INPUT, f"Triton refused the input: {message}")
+    if re.search(r"out of memory|failed to allocate|bad_alloc|\boom\b", text):
+        # the same batch would fail the same way: not retryable, whatever the status says
+        return GatewayError(ErrorCode.INTERNAL, f"Triton ran out of memory: {message}", False)
     if code == "RESOURCE_EXHAUSTED" or _has(text, _OVERLOAD_PHRASES):
         return GatewayError(ErrorCode.OVERLOADED, f"Triton is overloaded: {message}")
-    if _has(text, _TIMEOUT_PHRASES):
+    if code in ("UNAVAILABLE", "CANCELLED", "") and _has(text, _TIMEOUT_PHRASES):
+        # Triton's queue timeout ("Request timeout expired") comes as UNAVAILABLE; a model
+        # that failed with some "timeout" in its message (INTERNAL) is not a TIMEOUT
         return GatewayError(ErrorCode.TIMEOUT, f"Triton timed the request out: {message}")
     if _has(text, _REFUSED_PHRASES):
         return GatewayError(ErrorCode.MODEL_UNAVAILABLE, f"Triton unreachable: {message}")
@@ -103,12 +113,15 @@ class TritonClient:
         deadline = loop.time() + timeout_s
         for attempt in range(self._connect_retries + 1):
             try:
+                left_s = max(deadline - loop.time(), 0.001)
                 result = await self._grpc().infer(
                     model,
                     inputs,
                     model_version=triton_version(version),
                     outputs=outputs,
-                    client_timeout=max(deadline - loop.time(), 0.001),
+                    # Triton's queue timeout (µs): an expired request is not computed there
+                    timeout=int(left_s * 1e6),
+                    client_timeout=left_s,
                 )
                 return _scores(result.as_numpy(OUTPUT_NAME), len(texts))
             except InferenceServerException as error:

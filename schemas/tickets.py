@@ -98,6 +98,8 @@ class Context(BaseModel):
     prediction: Prediction | None = None
     degraded: bool = False
     degraded_reason: str | None = None
+    # the workflow deadline passed: no more retries; a prediction still made is advisory
+    deadline_passed: bool = False
     rule: RuleOutcome | None = None
 
 

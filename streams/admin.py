@@ -17,7 +17,7 @@ def pipeline_topics(topics: Topics, steps: Iterable[str], routes: Iterable[str])
     names: dict[str, dict] = {topics.tickets_in: {}, topics.dlq: {}, topics.dlq_parked: {}}
     names.update({topics.step(s): {} for s in steps})
     names.update({topics.retry(d): {} for d in RETRY_TIERS_MS})
-    names.update({topics.out(r): {} for r in routes})
+    names.update({topics.out(r): {} for r in [*routes, "reviewed"]})
     names[topics.review_decisions] = {}
     names[topics.completed] = {"cleanup.policy": "compact"}
     names[topics.audit] = {"retention.ms": str(AUDIT_RETENTION_MS)}

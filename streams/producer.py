@@ -1,11 +1,11 @@
-"""An asyncio face on confluent-kafka's producer, and its transactional sibling.
+"""confluent-kafka producers for the workflow's outputs: a plain one and a transactional one.
 
 Why not Faust's own producer for step outputs: librdkafka batches and sends from its own
 C thread, so a produce call costs microseconds of our event loop instead of the
 hundreds that a pure-Python client spends per record; the profile of the pipeline said
-that produce was its largest cost. Delivery reports come back on a poll thread and
-resolve asyncio futures, so a step can await its outputs before it acknowledges its
-inputs, or (as the workflow does) let Faust's offset commit wait on `drain()`.
+that produce was its largest cost. For the same reason no asyncio future is made per
+record: delivery is awaited in bulk (`drain`), which the workflow does before Faust
+commits the offsets of the inputs (at-least-once).
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 Headers = Sequence[tuple[str, bytes]]
+Record = tuple[str, bytes, bytes, Headers, "int | None"]
 
 # the Java client's partitioner, as Faust and aiokafka use: the same key lands on the same
 # partition whichever of our producers writes it, so every topic stays co-partitioned
@@ -30,15 +31,25 @@ BASE_CONFIG: dict[str, Any] = {
 
 class AsyncProducer:
     def __init__(self, bootstrap: str, **config: Any) -> None:
-        self._producer = Producer({"bootstrap.servers": bootstrap, **BASE_CONFIG, **config})
+        self._producer = Producer(
+            {"bootstrap.servers": bootstrap, **BASE_CONFIG, "error_cb": self._on_error, **config}
+        )
+        self._failed: list[KafkaError] = []
         self._closed = threading.Event()
-        self._outstanding: set[asyncio.Future[None]] = set()
         self._poller = threading.Thread(target=self._poll, name="kafka-producer-poll", daemon=True)
         self._poller.start()
 
     def _poll(self) -> None:
         while not self._closed.is_set():
             self._producer.poll(0.05)
+
+    def _on_delivery(self, err: KafkaError | None, _msg: Any) -> None:
+        if err is not None:  # on the poll thread; looked at by drain()
+            self._failed.append(err)
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            self._failed.append(err)
 
     def produce(
         self,
@@ -47,54 +58,36 @@ class AsyncProducer:
         value: bytes | None,
         headers: Headers | None = None,
         partition: int | None = None,
-    ) -> asyncio.Future[None]:
-        """Queue one record; the future resolves when the broker has it."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-
-        def on_delivery(err: Any, _msg: Any) -> None:
-            loop.call_soon_threadsafe(_settle, future, err)
-
-        self._outstanding.add(future)
-        future.add_done_callback(self._outstanding.discard)
-
+    ) -> None:
+        """Queue one record; `drain()` says when it (and all before it) are on the broker."""
         kwargs: dict[str, Any] = {
             "key": key,
             "value": value,
             "headers": list(headers or ()),
-            "on_delivery": on_delivery,
+            "on_delivery": self._on_delivery,
         }
         if partition is not None:
             kwargs["partition"] = partition
         while True:
             try:
                 self._producer.produce(topic, **kwargs)
-                return future
+                return
             except BufferError:  # librdkafka's queue is full: let it drain
                 self._producer.poll(0.01)
 
-    async def drain(self) -> None:
-        """Wait until every record produced so far is on the broker (or raise its error)."""
-        while self._outstanding:
-            await asyncio.gather(*list(self._outstanding))
-
-    async def flush(self, timeout_s: float = 30) -> None:
-        remaining = await asyncio.to_thread(self._producer.flush, timeout_s)
-        if remaining:
-            raise KafkaException(f"{remaining} record(s) not delivered in {timeout_s} s")
+    async def drain(self, timeout_s: float = 60) -> None:
+        """Wait until every record produced so far is delivered; raise if any was not."""
+        if len(self._producer):
+            remaining = await asyncio.to_thread(self._producer.flush, timeout_s)
+            if remaining:
+                raise KafkaException(f"{remaining} record(s) not delivered in {timeout_s} s")
+        if self._failed:
+            failed, self._failed = self._failed, []
+            raise KafkaException(failed[0])
 
     def close(self) -> None:
         self._producer.flush(10)
         self._closed.set()
-
-
-def _settle(future: asyncio.Future[None], err: Any) -> None:
-    if future.done():
-        return
-    if err is None:
-        future.set_result(None)
-    else:
-        future.set_exception(KafkaException(err))
 
 
 class TransactionalProducer:
@@ -123,18 +116,12 @@ class TransactionalProducer:
             await asyncio.to_thread(self._producer.init_transactions, timeout_s)
             self._ready = True
 
-    async def commit(
-        self,
-        records: Sequence[tuple[str, bytes, bytes, Headers, int | None]],
-        timeout_s: float = 30,
-    ) -> None:
+    async def commit(self, records: Sequence[Record], timeout_s: float = 30) -> None:
         """Write `records` (topic, key, value, headers, partition) atomically."""
         await self.init()
         await asyncio.to_thread(self._commit_sync, records, timeout_s)
 
-    def _commit_sync(
-        self, records: Sequence[tuple[str, bytes, bytes, Headers, int | None]], timeout_s: float
-    ) -> None:
+    def _commit_sync(self, records: Sequence[Record], timeout_s: float) -> None:
         self._producer.begin_transaction()
         try:
             for topic, key, value, headers, partition in records:
@@ -150,6 +137,3 @@ class TransactionalProducer:
 
     def close(self) -> None:
         self._producer.flush(5)
-
-
-__all__ = ["AsyncProducer", "TopicPartition", "TransactionalProducer"]

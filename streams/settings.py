@@ -30,9 +30,11 @@ class Settings(BaseSettings):
     # the Faust worker's web port (table views, /metrics); 0 picks a free one
     worker_web_port: int = 6066
     max_record_bytes: int = 64 * 1024
-    # how often offsets (and, exactly-once, transactions) are committed: each hop between
-    # steps waits for it, since read_committed consumers only see committed transactions
-    commit_interval_s: float = Field(0.05, gt=0, le=10)
+    # a dead letter that fails again after this many replays goes to tickets.dlq.parked
+    max_replays: int = Field(3, ge=1, le=100)
+    # how often the steps commit their input offsets (after their outputs are delivered):
+    # it bounds the work a crashed worker redoes, not the latency of a ticket
+    commit_interval_s: float = Field(1.0, gt=0, le=10)
     workflow_file: Path = REPO_ROOT / "agents" / "workflows" / "ticket_classify.yaml"
     # Kafka controller port of the local single-node KRaft stack
     kafka_controller_port: int = 9093

@@ -233,6 +233,91 @@ def dlq_show(
     raise typer.Exit(1)
 
 
+@dlq_app.command("replay")
+def dlq_replay(
+    error_class: Annotated[str | None, typer.Option("--error-class")] = None,
+    step: Annotated[str | None, typer.Option("--step")] = None,
+    since: Annotated[datetime | None, typer.Option("--since")] = None,
+    until: Annotated[datetime | None, typer.Option("--until")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="only show what would go")] = False,
+    rate: Annotated[float, typer.Option(help="records per second at most")] = 500.0,
+    from_beginning: Annotated[bool, typer.Option(help="also what was replayed before")] = False,
+) -> None:
+    """Replay dead letters to the step that failed (or tickets.in), once each."""
+    from ticketflow.replay import Filters, replay
+
+    done = replay(
+        _settings(),
+        Filters(error_class, step, since, until),
+        dry_run=dry_run,
+        rate=rate,
+        from_beginning=from_beginning,
+    )
+    table = Table("at", "key", "to")
+    for item in done[:50]:
+        table.add_row(
+            f"{item.partition}:{item.offset}",
+            (item.key or b"").decode("utf-8", "replace"),
+            item.target,
+        )
+    console.print(table)
+    verb = "would replay" if dry_run else "replayed"
+    console.print(f"{verb} {len(done)} dead letter(s)")
+
+
+# ---- review ---------------------------------------------------------------------------------
+
+review_app = typer.Typer(help="Human review of tickets in manual_review.", no_args_is_help=True)
+app.add_typer(review_app, name="review")
+
+
+def _ticket_state(ticket_id: str) -> dict | None:
+    s = _settings()
+    url = f"http://127.0.0.1:{s.worker_web_port}/ticket/{ticket_id}"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return orjson.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
+
+
+@review_app.command("decide")
+def review_decide(
+    ticket_id: str,
+    category: Annotated[str, typer.Option("--category", "-c", help="the reviewer's category")],
+    note: Annotated[str | None, typer.Option("--note")] = None,
+    reviewer: Annotated[str, typer.Option("--reviewer")] = "cli",
+) -> None:
+    """Decide a ticket that awaits review; it completes with this category."""
+    from agents.review import ReviewRefused, check_decidable
+    from schemas.tickets import ReviewDecision
+    from streams.producer import BASE_CONFIG
+
+    try:
+        decision = ReviewDecision(
+            ticket_id=ticket_id, category=category, note=note, reviewer=reviewer
+        )
+        check_decidable(ticket_id, _ticket_state(ticket_id))
+    except (ValueError, ReviewRefused) as exc:
+        console.print(f"[red]refused:[/] {exc}")
+        raise typer.Exit(1) from exc
+    from confluent_kafka import Producer
+
+    s = _settings()
+    producer = Producer({"bootstrap.servers": s.kafka_bootstrap, **BASE_CONFIG})
+    producer.produce(
+        Topics(s.topic_prefix).review_decisions,
+        key=ticket_id.encode(),
+        value=decision.model_dump_json().encode(),
+    )
+    if producer.flush(10):
+        console.print("[red]the decision was not delivered[/]")
+        raise typer.Exit(1)
+    console.print(f"decided {ticket_id}: {decision.category.value}")
+
+
 # ---- config ---------------------------------------------------------------------------------
 
 

@@ -91,16 +91,18 @@ class InferenceStep(Handler):
 
     async def run_batch(self, envs: Sequence[Envelope], step: Step) -> Outcomes:
         outcomes: Outcomes = [None] * len(envs)
-        live = [i for i, e in enumerate(envs) if not e.context.degraded]
+        # past its deadline a ticket is degraded, but still gets one call within the step's
+        # timeout: reviewers then see the model's advice and the result names its version
+        live = [
+            i for i, e in enumerate(envs) if not e.context.degraded or e.context.deadline_passed
+        ]
         if not live:
             return outcomes
         if not self.breaker.allow():
             for i in live:
                 degrade(envs[i], "CIRCUIT_OPEN: inference gateway failing, call skipped")
             return outcomes
-        budget = min(
-            step.timeout_ms or 300, *(remaining_ms(envs[i], self._deadline_ms) for i in live)
-        )
+        budget = min(step.timeout_ms or 300, *(self._budget(envs[i], step) for i in live))
         try:
             resp = await self._predict([envs[i] for i in live], step, budget)
         except GatewayError as exc:
@@ -120,6 +122,11 @@ class InferenceStep(Handler):
                 model_version=resp.version,
             )
         return outcomes
+
+    def _budget(self, env: Envelope, step: Step) -> float:
+        if env.context.deadline_passed:
+            return step.timeout_ms or 300
+        return remaining_ms(env, self._deadline_ms)
 
     async def _predict(
         self, envs: Sequence[Envelope], step: Step, budget_ms: float

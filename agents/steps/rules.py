@@ -45,8 +45,9 @@ def score_threshold(data: RuleInput) -> RuleOutcome | None:
     pred = data.context.prediction
     if data.context.degraded or pred is None:
         reason = data.context.degraded_reason or "no prediction"
+        category = pred.category if pred else Category.general  # the model's advice, if any
         return RuleOutcome(
-            route="manual_review", category=Category.general, fired=["degraded"], reason=reason
+            route="manual_review", category=category, fired=["degraded"], reason=reason
         )
     if pred.confidence < data.threshold:
         return RuleOutcome(

@@ -43,7 +43,9 @@ SOURCES = [HERE / f for f in ("corpus.py", "featurize.py", "phrases_en.py", "phr
 SOURCES += [HERE / "slots.py", HERE / "train.py"]
 # version 2 is built from the corpus and these (featurize.py is v1's, but cheap to include)
 V2_SOURCES = [*SOURCES, HERE / "e5_export.py", HERE / "e5_tokenizer.py", HERE / "e5_runtime.py"]
+V2_SOURCES.append(HERE / "triton_v2.py")
 V2_COPIED = ("e5_tokenizer.py", "e5_runtime.py")
+V2_MODEL = "triton_v2.py"  # copied in last, as model.py: Triton loads v2 only once it is whole
 V2_ENCODER_FILES = ("encoder.onnx", "tokenizer.json")
 
 N_TICKETS = 8000
@@ -173,7 +175,7 @@ V2_N_TRAIN = 3200
 
 
 def v2_is_fresh(out_dir: Path) -> bool:
-    needed = [out_dir / f for f in (*V2_ENCODER_FILES, *V2_COPIED, "head.npz")]
+    needed = [out_dir / f for f in (*V2_ENCODER_FILES, *V2_COPIED, "head.npz", "model.py")]
     if not all(p.exists() for p in needed):
         return False
     return (out_dir / "head.npz").stat().st_mtime > max(s.stat().st_mtime for s in V2_SOURCES)
@@ -216,6 +218,7 @@ def train_v2(out_dir: Path, n: int = N_TICKETS, seed: int = SEED) -> dict:
     check_labels_file()
     t0 = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "model.py").unlink(missing_ok=True)  # not servable until whole again
     encoder_info = {}
     if not _encoder_fresh(out_dir):
         print(f"exporting multilingual-e5-small to {out_dir / 'encoder.onnx'} ...", flush=True)
@@ -274,6 +277,7 @@ def train_v2(out_dir: Path, n: int = N_TICKETS, seed: int = SEED) -> dict:
         y_true, y_pred, labels=range(len(CATEGORIES)), target_names=CATEGORIES, digits=3
     )
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    shutil.copyfile(HERE / V2_MODEL, out_dir / "model.py")
     print(report)
     return metrics
 

@@ -75,7 +75,7 @@ class Job:
         except OSError:
             return {}
         out: dict[str, float] = {}
-        for m in re.finditer(r'^feature_job_events_total\{([^}]*)\} (\S+)$', text, re.M):
+        for m in re.finditer(r"^feature_job_events_total\{([^}]*)\} (\S+)$", text, re.M):
             outcome = re.search(r'outcome="([^"]+)"', m.group(1)).group(1)
             out[outcome] = out.get(outcome, 0.0) + float(m.group(2))
         return out

@@ -38,7 +38,18 @@ RUN = uuid.uuid4().hex[:8]
 REDIS_DB = 14
 VIEW = VIEWS["user_ticket_stats"]
 CHANNELS = ["email", "chat", "web", "phone", "api"]
-WORDS = "order account password invoice delivery broken screen login charge package".split()
+WORDS = [
+    "order",
+    "account",
+    "password",
+    "invoice",
+    "delivery",
+    "broken",
+    "screen",
+    "login",
+    "charge",
+    "package",
+]
 
 
 def redis_url(port: int = 6379, db: int = REDIS_DB) -> str:
@@ -211,7 +222,9 @@ async def write_all(url: str, prefix: str, records: list[dict], batch: int = 200
             for k, v in out[VIEW.name].items():
                 totals[k] += v
         keys = ViewKeys.of(VIEW, prefix)
-        await r.eval(MARK_BUILT_LUA, 2, keys.built, keys.pointer, keys.signature, marker_ttl_ms(VIEW))
+        await r.eval(
+            MARK_BUILT_LUA, 2, keys.built, keys.pointer, keys.signature, marker_ttl_ms(VIEW)
+        )
         return dict(totals)
     finally:
         await r.aclose()
@@ -284,9 +297,25 @@ class OwnRedis:
     def start(self) -> None:
         binary = shutil.which("redis-server") or "/usr/bin/redis-server"
         self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
-             "--save", "", "--appendonly", "yes", "--appendfsync", "always",
-             "--daemonize", "no", "--logfile", str(self.dir / "redis.log")],
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.dir),
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--daemonize",
+                "no",
+                "--logfile",
+                str(self.dir / "redis.log"),
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -356,7 +385,11 @@ def test_redis_stopped_gives_flagged_fallbacks_and_coverage_recovers(own_redis):
             # and a ticket still gets through the features step, its values flagged
             env = Envelope(
                 ticket=Ticket(ticket_id="x1", text="hi", user_id=users[0], created_at=iso(now_ms)),
-                workflow="w", workflow_version=1, step="features", trace_id="t", arrival="0:0",
+                workflow="w",
+                workflow_version=1,
+                step="features",
+                trace_id="t",
+                arrival="0:0",
                 started_at=datetime.now(timezone.utc),
             )
             s = Step(name="features", type="feature_lookup", views=[VIEW.name], timeout_ms=200)

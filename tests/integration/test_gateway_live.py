@@ -103,14 +103,19 @@ async def test_concurrent_callers_are_batched_and_not_mixed_up(
     client: GatewayClient, triton: TritonClient
 ) -> None:
     texts = [f"{TICKETS[i % len(TICKETS)]} (order {i})" for i in range(96)]
-    before = REGISTRY.get_sample_value("inference_batch_size_count", {"model": MODEL}) or 0
+    labels = {"model": MODEL, "version": "v1"}
+    before = REGISTRY.get_sample_value("inference_batch_size_count", labels) or 0
+    rows_before = REGISTRY.get_sample_value("inference_batch_size_sum", labels) or 0
 
     answers = await asyncio.gather(
         *(client.predict(MODEL, inputs([t], f"c{i}"), timeout_ms=5000) for i, t in enumerate(texts))
     )
 
-    batches = REGISTRY.get_sample_value("inference_batch_size_count", {"model": MODEL}) - before
+    batches = REGISTRY.get_sample_value("inference_batch_size_count", labels) - before
+    rows = REGISTRY.get_sample_value("inference_batch_size_sum", labels) - rows_before
+    assert rows == len(texts)  # every input went to Triton once (distinct texts: no cache)
     assert batches < len(texts)  # 96 callers, fewer Triton calls
+    assert rows / batches > 1.5  # batches really formed
     direct = await direct_scores(triton, texts)
     for answer, row in zip(answers, direct, strict=True):
         np.testing.assert_allclose(list(answer.outputs[0].scores.values()), row, rtol=1e-5)
@@ -130,6 +135,33 @@ async def test_an_unserved_version_is_retryable_model_unavailable(client: Gatewa
         await client.predict(MODEL, inputs(TICKETS[:1]), timeout_ms=2000, version="v99")
     assert caught.value.code is ErrorCode.MODEL_UNAVAILABLE
     assert caught.value.retryable
+
+
+@pytest.fixture
+async def triton_v2(triton: TritonClient) -> TritonClient:
+    if not await triton.ready(MODEL, "v2"):
+        reason = f"Triton at {TRITON_URL} does not serve {MODEL} v2 (make model; restart Triton)"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return triton
+
+
+async def test_v2_reads_chinese_and_english(client: GatewayClient, triton_v2: TritonClient) -> None:
+    answer = await client.predict(MODEL, inputs(TICKETS, "v2"), timeout_ms=5000, version="v2")
+    direct = await triton_v2.infer(TICKETS, "v2", timeout_s=5.0)
+
+    assert answer.version == "v2"
+    for output, row in zip(answer.outputs, direct, strict=True):
+        np.testing.assert_allclose(list(output.scores.values()), row, rtol=1e-4, atol=1e-6)
+    labels = [o.label for o in answer.outputs]
+    assert labels == ["after_sales", "shipping", "account", "billing", "technical", "after_sales"]
+
+
+async def test_v2_scores_do_not_depend_on_batch_mates(triton_v2: TritonClient) -> None:
+    alone = np.concatenate([await triton_v2.infer([t], "v2", timeout_s=5.0) for t in TICKETS])
+    together = await triton_v2.infer(TICKETS, "v2", timeout_s=5.0)
+    np.testing.assert_allclose(alone, together, atol=1e-5)
 
 
 async def test_gateway_overhead_at_batch_one(client: GatewayClient, triton: TritonClient) -> None:

@@ -2,81 +2,25 @@
 
 from __future__ import annotations
 
-import time
-from datetime import datetime, timezone
-
 import orjson
 import pytest
-from confluent_kafka import Consumer, Producer
 
 from agents.steps.rules import REFUND
-from inference_gateway.model.corpus import generate
 from streams.topics import Topics
+from tests.integration.kafka_helpers import ROUTES, collect, plain_producer, publish, tickets
 
 pytestmark = pytest.mark.integration
-ROUTES = ("auto_classify", "manual_review", "after_sales")
 STEPS = ["validate", "clean", "features", "infer", "rules", "route"]
-
-
-def plain_producer(settings) -> Producer:
-    # a stock client with its own (librdkafka) partitioner, as a user's would be
-    return Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 5})
-
-
-def collect(settings, topics: list[str], want, timeout_s: float = 180) -> list:
-    """Records of `topics` (read_committed) until `want(records)` or the timeout."""
-    c = Consumer(
-        {
-            "bootstrap.servers": settings.kafka_bootstrap,
-            "group.id": f"t-{time.time()}",
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    c.subscribe(topics)
-    out, deadline = [], time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline and not want(out):
-            msg = c.poll(0.5)
-            if msg is not None and not msg.error():
-                out.append(msg)
-        # a little longer, to catch duplicates that would arrive right after
-        end = time.monotonic() + 3
-        while time.monotonic() < end:
-            msg = c.poll(0.5)
-            if msg is not None and not msg.error():
-                out.append(msg)
-    finally:
-        c.close()
-    return out
-
-
-def tickets(n: int, tag: str, seed: int) -> list[dict]:
-    now = datetime.now(timezone.utc).isoformat()
-    return [
-        {
-            "ticket_id": f"{tag}-{i}",
-            "text": t["text"],
-            "user_id": f"u{i % 50}",
-            "channel": "email",
-            "created_at": now,
-            "_label": t["category"],
-        }
-        for i, t in enumerate(generate(n, seed=seed))
-    ]
 
 
 def test_a_thousand_tickets_each_yield_exactly_one_result(settings, worker):
     topics = Topics(settings.topic_prefix)
     batch = tickets(1000, "k", seed=20261202)
-    p = plain_producer(settings)
-    for t in batch:
-        body = {k: v for k, v in t.items() if not k.startswith("_")}
-        p.produce(topics.tickets_in, key=t["ticket_id"], value=orjson.dumps(body))
-    assert p.flush(30) == 0
+    # paced like steady traffic: a burst beyond the worker's rate would (rightly) degrade
+    # the tickets that pass their 2 s deadline; that is the fault tests' business
+    publish(settings.kafka_bootstrap, topics.tickets_in, batch, rate=100)
     msgs = collect(
-        settings,
+        settings.kafka_bootstrap,
         [topics.out(r) for r in ROUTES],
         lambda out: len({m.key() for m in out}) >= len(batch),
     )
@@ -93,7 +37,7 @@ def test_a_thousand_tickets_each_yield_exactly_one_result(settings, worker):
         text = by_id[r["ticket_id"]]["text"]
         if REFUND.search(text):
             assert r["route"] == "after_sales"
-        elif r["confidence"] < 0.5:
+        elif r["degraded"] or r["confidence"] < 0.5:
             assert r["route"] == "manual_review"
         else:
             assert r["route"] == "auto_classify"
@@ -124,7 +68,7 @@ MALFORMED = {
 def test_malformed_records_reach_the_dlq_unchanged_and_valid_ones_still_pass(settings, worker):
     topics = Topics(settings.topic_prefix)
     good = tickets(20, "m", seed=7)
-    p = plain_producer(settings)
+    p = plain_producer(settings.kafka_bootstrap)
     for i, t in enumerate(good):
         p.produce(
             topics.tickets_in,
@@ -135,7 +79,9 @@ def test_malformed_records_reach_the_dlq_unchanged_and_valid_ones_still_pass(set
             key, (raw, _) = list(MALFORMED.items())[i // 4]
             p.produce(topics.tickets_in, key=f"mal-{key}", value=raw)
     assert p.flush(30) == 0
-    dlq = collect(settings, [topics.dlq], lambda out: len(out) >= len(MALFORMED), 120)
+    dlq = collect(
+        settings.kafka_bootstrap, [topics.dlq], lambda out: len(out) >= len(MALFORMED), 120
+    )
     by_key = {m.key().decode(): m for m in dlq}
     assert set(by_key) == {f"mal-{k}" for k in MALFORMED}
     for key, (raw, cls) in MALFORMED.items():
@@ -155,7 +101,7 @@ def test_malformed_records_reach_the_dlq_unchanged_and_valid_ones_still_pass(set
         ):
             assert h in headers, h
     out = collect(
-        settings,
+        settings.kafka_bootstrap,
         [topics.out(r) for r in ROUTES],
         lambda out: len({m.key() for m in out if m.key().startswith(b"m-")}) >= 20,
         120,

@@ -68,7 +68,10 @@ def test_a_view_without_ttl_is_refused(tmp_path: Path):
             {"aggregation": "count_matching", "type": "int", "field": "text", "match": "("},
             "bad `match`",
         ),
-        ({"aggregation": "count", "type": "int", "window_seconds": 100, "bucket_seconds": 30}, "whole"),
+        (
+            {"aggregation": "count", "type": "int", "window_seconds": 100, "bucket_seconds": 30},
+            "whole",
+        ),
         ({"aggregation": "count", "type": "int", "bucket_seconds": 30}, "needs `window_seconds`"),
         (
             {"aggregation": "count", "type": "int", "window_seconds": 86400, "bucket_seconds": 1},
@@ -83,7 +86,9 @@ def test_bad_feature_definitions_are_refused(feature, message):
 
 def test_signature_is_canonical_and_tracks_every_change():
     a = view()
-    assert a.signature() == FeatureView.model_validate(dict(reversed(list(BASE.items())))).signature()
+    assert (
+        a.signature() == FeatureView.model_validate(dict(reversed(list(BASE.items())))).signature()
+    )
     changed = [
         view(ttl_seconds=301),
         view(grace_seconds=60),
@@ -139,14 +144,39 @@ def test_materialize_reads_windows_as_of_a_time():
     v = view(
         grace_seconds=0,
         features=[
-            {"name": "n1h", "type": "int", "default": 0, "aggregation": "count",
-             "window_seconds": 3600, "bucket_seconds": 60},
-            {"name": "len", "type": "float", "default": 0.0, "aggregation": "mean",
-             "window_seconds": 3600, "bucket_seconds": 60, "field": "text", "transform": "length"},
-            {"name": "ch", "type": "list[str]", "default": [], "aggregation": "distinct",
-             "field": "channel", "window_seconds": 600},
-            {"name": "last", "type": "timestamp", "default": None, "aggregation": "last",
-             "field": "created_at"},
+            {
+                "name": "n1h",
+                "type": "int",
+                "default": 0,
+                "aggregation": "count",
+                "window_seconds": 3600,
+                "bucket_seconds": 60,
+            },
+            {
+                "name": "len",
+                "type": "float",
+                "default": 0.0,
+                "aggregation": "mean",
+                "window_seconds": 3600,
+                "bucket_seconds": 60,
+                "field": "text",
+                "transform": "length",
+            },
+            {
+                "name": "ch",
+                "type": "list[str]",
+                "default": [],
+                "aggregation": "distinct",
+                "field": "channel",
+                "window_seconds": 600,
+            },
+            {
+                "name": "last",
+                "type": "timestamp",
+                "default": None,
+                "aggregation": "last",
+                "field": "created_at",
+            },
         ],
     )
     now = 1_000_000 * 60_000  # a bucket boundary

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from prometheus_client import REGISTRY
 
-from inference_gateway.batcher import DynamicBatcher
+from inference_gateway.batcher import CostModel, DynamicBatcher
 from inference_gateway.errors import ErrorCode, GatewayError
 from inference_gateway.testing import fake_scores
 
@@ -42,7 +42,7 @@ class FakeInfer:
             self.running -= 1
 
 
-def make(infer: FakeInfer, **options: int) -> DynamicBatcher:
+def make(infer: FakeInfer, **options: int | bool) -> DynamicBatcher:
     # a fresh model name per batcher keeps the Prometheus samples of tests apart
     return DynamicBatcher(infer, model=f"test-model-{next(_names)}", version="v1", **options)
 
@@ -243,13 +243,104 @@ async def test_close_answers_queued_inputs_and_refuses_new_ones() -> None:
 async def test_metrics_batch_size_latency_and_queue_depth() -> None:
     infer = FakeInfer()
     batcher = make(infer, max_batch_size=4, max_queue_delay_us=10_000)
-    model = {"model": batcher.model}
+    labels = {"model": batcher.model, "version": "v1"}
 
     await asyncio.gather(*(batcher.submit([f"t{i}"], soon()) for i in range(4)))
 
-    assert REGISTRY.get_sample_value("inference_batch_size_count", model) == 1
-    assert REGISTRY.get_sample_value("inference_batch_size_sum", model) == 4
-    assert REGISTRY.get_sample_value("inference_queue_depth", model) == 0
-    latency = {"model": batcher.model, "version": "v1"}
-    assert REGISTRY.get_sample_value("ai_inference_latency_seconds_count", latency) == 4
+    assert REGISTRY.get_sample_value("inference_batch_size_count", labels) == 1
+    assert REGISTRY.get_sample_value("inference_batch_size_sum", labels) == 4
+    assert REGISTRY.get_sample_value("inference_queue_depth", labels) == 0
+    assert REGISTRY.get_sample_value("ai_inference_latency_seconds_count", labels) == 4
+    assert REGISTRY.get_sample_value("inference_batch_seconds_count", labels) == 1
+    await batcher.close()
+
+
+class SlowInfer(FakeInfer):
+    """Each batch takes `base + per_input * size` seconds."""
+
+    def __init__(self, base: float, per_input: float) -> None:
+        super().__init__()
+        self.base, self.per_input = base, per_input
+
+    async def __call__(self, texts: list[str], timeout_s: float) -> np.ndarray:
+        await asyncio.sleep(self.base + self.per_input * len(texts))
+        return await super().__call__(texts, timeout_s)
+
+
+def test_the_cost_model_tells_fixed_from_per_input_cost() -> None:
+    fixed, linear = CostModel(), CostModel()
+    for size in (1, 4, 16, 32) * 5:
+        fixed.add(size, 0.001)
+        linear.add(size, 0.010 * size)
+    assert fixed.predict(1) == pytest.approx(0.001, rel=0.05)
+    assert fixed.predict(32) == pytest.approx(0.001, rel=0.05)
+    assert linear.predict(1) == pytest.approx(0.010, rel=0.05)
+    assert linear.predict(32) == pytest.approx(0.320, rel=0.05)
+    one_size = CostModel()
+    one_size.add(8, 0.08)
+    assert one_size.predict(2) == pytest.approx(0.02)  # proportional: errs towards admitting
+    assert CostModel().predict(4) is None
+
+
+async def _timed_batches(batcher: DynamicBatcher, n: int) -> None:
+    for _ in range(n):
+        await asyncio.gather(*(batcher.submit([f"warm{i}"], soon()) for i in range(4)))
+
+
+async def test_a_deadline_the_queue_cannot_meet_is_refused_at_once() -> None:
+    infer = SlowInfer(base=0.0, per_input=0.02)
+    batcher = make(infer, max_batch_size=4, max_queue_delay_us=1000, max_inflight_batches=1)
+    await _timed_batches(batcher, 3)  # now it knows: ~20 ms an input
+    backlog = [asyncio.ensure_future(batcher.submit([f"b{i}"], soon(5))) for i in range(16)]
+    await asyncio.sleep(0)
+
+    started = time.monotonic()
+    with pytest.raises(GatewayError) as caught:
+        await batcher.submit(["late"], time.monotonic() + 0.1)  # ~0.3 s of queue ahead
+    assert caught.value.code is ErrorCode.OVERLOADED and caught.value.retryable
+    assert "refused at once" in caught.value.message
+    assert time.monotonic() - started < 0.05
+    assert batcher.stats.rejected_late == 1
+    await asyncio.gather(*backlog)
+    assert "late" not in [t for b in infer.batches for t in b]
+
+    with pytest.raises(GatewayError) as caught:  # shorter than one batch, even unqueued
+        await batcher.submit(["a", "b", "c", "d"], time.monotonic() + 0.03)
+    assert caught.value.code is ErrorCode.TIMEOUT
+    await batcher.submit(["fits"], time.monotonic() + 0.5)  # a small one still fits
+    await batcher.close()
+
+
+async def test_admission_can_be_turned_off() -> None:
+    infer = SlowInfer(base=0.0, per_input=0.02)
+    batcher = make(infer, max_batch_size=4, max_inflight_batches=1, admission=False)
+    await _timed_batches(batcher, 3)
+    with pytest.raises(GatewayError) as caught:
+        await batcher.submit(["a", "b", "c", "d"], time.monotonic() + 0.03)
+    assert caught.value.code is ErrorCode.TIMEOUT and batcher.stats.rejected_late == 0
+    await batcher.close()
+
+
+async def test_adaptive_delay_goes_at_once_for_a_cheap_model_at_low_load() -> None:
+    infer = SlowInfer(base=0.001, per_input=0.0)
+    batcher = make(infer, max_batch_size=8, max_queue_delay_us=200_000, adaptive_delay=True)
+    assert batcher.current_delay_s() == 0.2  # nothing measured yet: the fixed delay
+    await _timed_batches(batcher, 2)
+    await asyncio.sleep(0.05)  # a quiet spell: inputs arrive slowly
+
+    started = time.monotonic()
+    await batcher.submit(["alone"], soon())
+    assert time.monotonic() - started < 0.1  # not the 200 ms of the fixed delay
+    assert batcher.current_delay_s() < 0.01
+    await batcher.close()
+
+
+async def test_adaptive_delay_waits_a_fraction_of_an_expensive_batch() -> None:
+    infer = SlowInfer(base=0.1, per_input=0.0)
+    batcher = make(infer, max_batch_size=64, max_queue_delay_us=30_000, adaptive_delay=True)
+    await _timed_batches(batcher, 1)
+    # inputs arriving every ~1 ms: worth waiting up to the cap for more
+    for _ in range(5):
+        batcher._gap.add(0.001)
+    assert batcher.current_delay_s() == pytest.approx(0.03)
     await batcher.close()

@@ -45,6 +45,13 @@ CASES = [
         "INTERNAL",
     ),
     (None, "model version must be a string", "INTERNAL"),
+    (
+        "StatusCode.INTERNAL",
+        "onnxruntime: Failed to allocate memory for requested buffer",
+        "INTERNAL",
+    ),
+    ("StatusCode.RESOURCE_EXHAUSTED", "CUDA out of memory", "INTERNAL"),
+    ("StatusCode.INTERNAL", "model.py raised TimeoutError: timed out reading", "INTERNAL"),
 ]
 
 
@@ -64,6 +71,11 @@ def test_an_error_body_follows_the_contract(code: ErrorCode) -> None:
     }
     assert error.http_status == HTTP_STATUS[code]
     assert error.retryable is (code not in (ErrorCode.INVALID_INPUT, ErrorCode.INTERNAL))
+
+
+def test_out_of_memory_is_internal_and_not_retryable() -> None:
+    error = map_triton_error("StatusCode.INTERNAL", "CUDA error: out of memory")
+    assert (error.code, error.retryable) == (ErrorCode.INTERNAL, False)
 
 
 def test_retryable_can_be_overridden() -> None:

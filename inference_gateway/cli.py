@@ -1,0 +1,299 @@
+"""Command-line pieces of the inference layer, mounted by `ticketflow.cli`:
+
+    config_app       `ticketflow config get|set|validate|route-test`: the routing config on the
+                     compacted topic TICKETFLOW_TOPIC_PREFIX + "config.routing"
+    bench_gateway    `ticketflow bench gateway`: the gateway benchmark (inference_gateway.bench)
+
+`config validate` here handles routing configs (JSON); `ticketflow.cli` keeps the workflow
+definitions (YAML) and hands JSON files to `validate_routing_file`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from inference_gateway.config import DEFAULT_KAFKA_BOOTSTRAP
+from inference_gateway.routing import DEFAULT_CONFIG, bucket_of, pick_version
+from inference_gateway.routing_watch import routing_topic
+from schemas.routing import RoutingConfig
+
+config_app = typer.Typer(
+    help="The canary routing config on config.routing (and config validation).",
+    no_args_is_help=True,
+)
+console = Console()
+err = Console(stderr=True)
+
+Bootstrap = Annotated[
+    str | None,
+    typer.Option(help="Kafka bootstrap servers (default: TICKETFLOW_KAFKA_BOOTSTRAP)"),
+]
+Prefix = Annotated[str | None, typer.Option(help="topic prefix (default: TICKETFLOW_TOPIC_PREFIX)")]
+
+
+class RoutingFileError(ValueError):
+    """A routing config file that cannot be used; the message names the fields."""
+
+
+def describe_errors(error: ValidationError) -> str:
+    """One line per problem, each naming its field ("versions.v2: ...")."""
+    lines = []
+    for e in error.errors(include_url=False, include_input=False):
+        loc = ".".join(str(p) for p in e["loc"])
+        msg = e["msg"].removeprefix("Value error, ")
+        lines.append(f"{loc}: {msg}" if loc else msg)
+    return "\n".join(lines)
+
+
+def parse_routing(data: bytes | str) -> RoutingConfig:
+    """A `RoutingConfig` from JSON, or `RoutingFileError` naming the offending fields."""
+    try:
+        return RoutingConfig.model_validate_json(data)
+    except ValidationError as error:
+        raise RoutingFileError(describe_errors(error)) from None
+
+
+def validate_routing_file(path: Path) -> RoutingConfig:
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise RoutingFileError(f"{path}: {error.strerror or error}") from None
+    return parse_routing(data)
+
+
+def _bootstrap(value: str | None) -> str:
+    return value or os.environ.get("TICKETFLOW_KAFKA_BOOTSTRAP", DEFAULT_KAFKA_BOOTSTRAP)
+
+
+def _topic(prefix: str | None) -> str:
+    return routing_topic(
+        os.environ.get("TICKETFLOW_TOPIC_PREFIX", "") if prefix is None else prefix
+    )
+
+
+def publish(config: RoutingConfig, bootstrap: str, topic: str, timeout_s: float = 15.0) -> None:
+    """Publish `config` keyed by its name (creating the compacted topic if missing)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    if topic not in admin.list_topics(timeout=timeout_s).topics:
+        compact = {"cleanup.policy": "compact"}
+        new = NewTopic(topic, num_partitions=1, replication_factor=1, config=compact)
+        for future in admin.create_topics([new], operation_timeout=timeout_s).values():
+            try:
+                future.result()
+            except Exception as error:  # someone created it first: fine
+                if "TOPIC_ALREADY_EXISTS" not in str(error):
+                    raise
+    errors: list[str] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    producer.produce(
+        topic,
+        key=config.name.encode(),
+        value=config.model_dump_json().encode(),
+        on_delivery=lambda e, _m: errors.append(str(e)) if e is not None else None,
+    )
+    if producer.flush(timeout_s) != 0:
+        raise RuntimeError(f"the config was not delivered to {topic} within {timeout_s:.0f} s")
+    if errors:
+        raise RuntimeError(f"publishing to {topic} failed: {errors[0]}")
+
+
+def read_configs(bootstrap: str, topic: str, timeout_s: float = 10.0) -> dict[str, Any]:
+    """The latest record per config name on the topic: RoutingConfig, or the raw text of an
+    invalid one (as the gateways see it: they keep the previous config)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "ticketflow-config-cli",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            return {}
+        parts = sorted(meta.partitions)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        pending, latest = set(parts), {}
+        deadline = time.monotonic() + timeout_s
+        while pending and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error() is not None:
+                if message.error().code() == KafkaError._PARTITION_EOF:
+                    pending.discard(message.partition())
+                continue
+            key = (message.key() or b"").decode("utf-8", "replace")
+            value = message.value()
+            if value is None:
+                latest.pop(key, None)
+                continue
+            try:
+                latest[key] = parse_routing(value)
+            except RoutingFileError:
+                latest[key] = value.decode("utf-8", "replace")
+        if pending:
+            raise RuntimeError(f"{topic} not read to its end within {timeout_s:.0f} s")
+        return latest
+    finally:
+        consumer.close()
+
+
+def _fail(message: str, code: int = 1) -> None:
+    err.print(f"[red]{message}[/]", highlight=False)
+    raise typer.Exit(code)
+
+
+@config_app.command("validate")
+def config_validate(
+    file: Annotated[Path, typer.Argument(help="a routing config (JSON)")],
+) -> None:
+    """Check a routing config: weights are integers 0-100 summing to 100, default among them."""
+    if file.suffix in {".yaml", ".yml"}:
+        _fail(f"{file}: a workflow definition; this command checks routing configs (JSON)", 2)
+    try:
+        config = validate_routing_file(file)
+    except RoutingFileError as error:
+        _fail(f"{file}: invalid routing config\n{error}")
+    console.print(f"[green]ok[/]: routing {config.name} {config.versions} default {config.default}")
+
+
+@config_app.command("set")
+def config_set(
+    file: Annotated[Path, typer.Argument(help="a routing config (JSON), or - for stdin")],
+    bootstrap: Bootstrap = None,
+    prefix: Prefix = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="validate only")] = False,
+) -> None:
+    """Validate a routing config, then publish it; every gateway follows it within a second."""
+    try:
+        if str(file) == "-":
+            config = parse_routing(sys.stdin.buffer.read())
+        else:
+            config = validate_routing_file(file)
+    except RoutingFileError as error:
+        _fail(f"{file}: invalid routing config, not published\n{error}")
+    topic = _topic(prefix)
+    if dry_run:
+        console.print(f"[green]valid[/] (dry run): would publish {config.model_dump_json()}")
+        return
+    try:
+        previous = read_configs(_bootstrap(bootstrap), topic).get(config.name)
+        publish(config, _bootstrap(bootstrap), topic)
+    except Exception as error:
+        _fail(f"could not publish to {topic}: {error}")
+    console.print(f"[green]published[/] to {topic}: {config.model_dump_json()}")
+    if isinstance(previous, RoutingConfig):
+        console.print(f"previous (to roll back, publish it again): {previous.model_dump_json()}")
+
+
+@config_app.command("get")
+def config_get(
+    name: Annotated[str | None, typer.Argument(help="config name (default: all)")] = None,
+    bootstrap: Bootstrap = None,
+    prefix: Prefix = None,
+) -> None:
+    """Print the routing configs in force (the latest record per name on config.routing)."""
+    topic = _topic(prefix)
+    try:
+        configs = read_configs(_bootstrap(bootstrap), topic)
+    except Exception as error:
+        _fail(f"could not read {topic}: {error}")
+    if DEFAULT_CONFIG.name not in configs:
+        configs[DEFAULT_CONFIG.name] = DEFAULT_CONFIG  # what the gateways use when none is set
+    if name is not None:
+        if name not in configs:
+            _fail(f"no routing config named {name!r} on {topic}")
+        configs = {name: configs[name]}
+    out = {}
+    for key, value in configs.items():
+        if isinstance(value, RoutingConfig):
+            out[key] = value.model_dump()
+        else:
+            out[key] = {"invalid": value, "note": "ignored by the gateways"}
+    console.print_json(json.dumps(out if name is None else out[name]))
+
+
+@config_app.command("route-test")
+def config_route_test(
+    ids: Annotated[list[str], typer.Argument(help="input (ticket) ids")],
+    name: Annotated[str, typer.Option(help="model / config name")] = DEFAULT_CONFIG.name,
+    file: Annotated[
+        Path | None, typer.Option(help="use this config file instead of the published one")
+    ] = None,
+    bootstrap: Bootstrap = None,
+    prefix: Prefix = None,
+) -> None:
+    """Which version each id goes to (sticky: crc32(id) % 100 against the weights)."""
+    if file is not None:
+        try:
+            config = validate_routing_file(file)
+        except RoutingFileError as error:
+            _fail(f"{file}: invalid routing config\n{error}")
+        source = str(file)
+    else:
+        topic = _topic(prefix)
+        try:
+            found = read_configs(_bootstrap(bootstrap), topic).get(name)
+        except Exception as error:
+            _fail(f"could not read {topic}: {error}")
+        if isinstance(found, RoutingConfig):
+            config, source = found, topic
+        elif name == DEFAULT_CONFIG.name:
+            config, source = DEFAULT_CONFIG, "the default (nothing valid published)"
+        else:
+            _fail(f"no routing config named {name!r} on {topic}")
+    table = Table("id", "bucket", "version", title=f"{config.name} {config.versions} ({source})")
+    for input_id in ids:
+        table.add_row(input_id, str(bucket_of(input_id)), pick_version(config, input_id))
+    console.print(table)
+
+
+def bench_gateway(
+    concurrency: Annotated[
+        str, typer.Option(help="closed-loop concurrencies, comma-separated")
+    ] = "1,4,16,64",
+    seconds: Annotated[float, typer.Option(help="measured seconds per point")] = 8.0,
+    warmup: Annotated[float, typer.Option(help="warm-up seconds per point")] = 1.5,
+    version: Annotated[str, typer.Option(help="model version to load")] = "v2",
+    max_batch_size: Annotated[int, typer.Option(help="gateway batch size in mode (b)")] = 32,
+    max_queue_delay_us: Annotated[int, typer.Option(help="gateway batch wait in (b)")] = 2000,
+    out: Annotated[Path, typer.Option(help="folder for gateway.json and gateway.png")] = Path(
+        "bench/results"
+    ),
+    modes: Annotated[str, typer.Option(help="which of a,b,c to run")] = "a,b,c",
+) -> None:
+    """Closed-loop load on the gateway: (a) batching off, (b) on, (c) Triton direct."""
+    from inference_gateway import bench
+
+    levels = [int(c) for c in concurrency.split(",") if c.strip()]
+    result = bench.run(
+        bench.BenchSettings(
+            concurrency=levels,
+            seconds=seconds,
+            warmup_s=warmup,
+            version=version,
+            max_batch_size=max_batch_size,
+            max_queue_delay_us=max_queue_delay_us,
+            out_dir=out,
+            modes=[m.strip() for m in modes.split(",") if m.strip()],
+        ),
+        console=console,
+    )
+    bench.print_summary(result, console)

@@ -1,0 +1,110 @@
+"""Plain confluent-kafka producing and counting, as a user's own client would."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from datetime import datetime, timezone
+
+import orjson
+from confluent_kafka import Consumer, Message, Producer
+
+from inference_gateway.model.corpus import generate
+
+ROUTES = ("auto_classify", "manual_review", "after_sales")
+
+
+def plain_producer(bootstrap: str) -> Producer:
+    # a stock client with its own (librdkafka) partitioner, as a user's would be
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+
+
+def tickets(n: int, tag: str, seed: int) -> list[dict]:
+    now = datetime.now(timezone.utc).isoformat()
+    return [
+        {
+            "ticket_id": f"{tag}-{i}",
+            "text": t["text"],
+            "user_id": f"u{i % 50}",
+            "channel": "email",
+            "created_at": now,
+            "_label": t["category"],
+        }
+        for i, t in enumerate(generate(n, seed=seed))
+    ]
+
+
+def body(ticket: dict) -> bytes:
+    return orjson.dumps({k: v for k, v in ticket.items() if not k.startswith("_")})
+
+
+def publish(
+    bootstrap: str,
+    topic: str,
+    batch: Iterable[dict],
+    rate: float | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> int:
+    """Publish tickets, at most `rate` a second when given."""
+    p = plain_producer(bootstrap)
+    start, n = time.monotonic(), 0
+    for t in batch:
+        p.produce(topic, key=t["ticket_id"], value=body(t))
+        n += 1
+        p.poll(0)
+        if on_progress:
+            on_progress(n)
+        if rate:
+            ahead = n / rate - (time.monotonic() - start)
+            if ahead > 0:
+                time.sleep(ahead)
+    assert p.flush(30) == 0
+    return n
+
+
+class Collector:
+    """A read_committed consumer over some topics, keeping every record it sees."""
+
+    def __init__(self, bootstrap: str, topics: list[str]) -> None:
+        self._c = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"t-{time.time_ns()}",
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+            }
+        )
+        self._c.subscribe(topics)
+        self.records: list[Message] = []
+
+    def until(
+        self, want: Callable[[list[Message]], bool], timeout_s: float, settle_s: float = 3.0
+    ) -> list[Message]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not want(self.records):
+            self._poll(0.5)
+        end = time.monotonic() + settle_s  # a little longer: duplicates would show up here
+        while time.monotonic() < end:
+            self._poll(0.5)
+        return self.records
+
+    def _poll(self, timeout_s: float) -> None:
+        msg = self._c.poll(timeout_s)
+        if msg is not None and not msg.error():
+            self.records.append(msg)
+
+    def close(self) -> None:
+        self._c.close()
+
+
+def collect(bootstrap: str, topics: list[str], want, timeout_s: float = 180) -> list[Message]:
+    c = Collector(bootstrap, topics)
+    try:
+        return c.until(want, timeout_s)
+    finally:
+        c.close()
+
+
+def keys_with(prefix: str, records: list[Message]) -> list[str]:
+    return [m.key().decode() for m in records if m.key() and m.key().decode().startswith(prefix)]
