@@ -177,10 +177,20 @@ class WorkflowEngine:
         for producer in self._txn.values():
             producer.close()
 
+    def _owns(self, partition: int) -> bool:
+        route_topic = self.topics.step(self._router.name)
+        return any(
+            tp.topic == route_topic and tp.partition == partition
+            for tp in self.app.consumer.assignment()
+        )
+
     async def _on_revoked(self, app: faust.App, revoked: set, **_: Any) -> None:
         route_topic = self.topics.step(self._router.name)
         for tp in revoked:
             if tp.topic == route_topic:  # the next owner fences this producer: let it go
+                committing = self._committing.get(tp.partition)
+                if committing is not None:  # let an open transaction finish first
+                    await asyncio.wait([committing], timeout=30)
                 self.ledger.forget(tp.partition)
                 producer = self._txn.pop(tp.partition, None)
                 if producer is not None:
@@ -418,13 +428,25 @@ class WorkflowEngine:
         try:
             while self._queued[partition]:
                 batch = self._queued.pop(partition)
-                await self._commit_results(step, partition, list(batch.values()))
+                try:
+                    await self._commit_results(step, partition, list(batch.values()))
+                except Exception:  # never drop acknowledged inputs: keep them for a retry
+                    log.exception("route partition %d: commit failed; retrying", partition)
+                    self._txn.pop(partition, None)
+                    self.ledger.forget(partition)
+                    for tid, item in batch.items():
+                        self._queued[partition].setdefault(tid, item)
+                    await asyncio.sleep(1.0)
         finally:
             self._committing.pop(partition, None)
 
     async def _commit_results(
         self, step: Step, partition: int, items: list[tuple[faust.EventT, Envelope, TicketResult]]
     ) -> None:
+        await self._owned(partition)
+        items = [i for i in items if not self.ledger.has(partition, i[2].ticket_id)]
+        if not items:
+            return
         records = []
         for _event, env, result in items:
             tid = env.ticket.ticket_id.encode()
@@ -435,14 +457,18 @@ class WorkflowEngine:
         producer = await self._owned(partition)
         try:
             await producer.commit(records)
-        except KafkaException as exc:  # fenced: this partition has a new owner, who redoes it
-            log.warning(
-                "route partition %d: transaction failed (%s); leaving it to its owner",
-                partition,
-                exc,
-            )
+        except KafkaException as exc:
             self._txn.pop(partition, None)
             self.ledger.forget(partition)
+            if not self._owns(partition):  # fenced: the new owner redoes these inputs
+                log.warning("route partition %d lost (%s); its new owner redoes it", partition, exc)
+                return
+            # still ours (a rebalance gave it straight back): these inputs are already
+            # acknowledged, so their results must not be dropped; retry on a new producer
+            log.warning("route partition %d: transaction failed (%s); retrying", partition, exc)
+            await asyncio.sleep(0.5)
+            for item in items:
+                self._queued[partition].setdefault(item[2].ticket_id, item)
             return
         for event, env, result in items:
             self.ledger.add(partition, result.ticket_id)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import typer  # noqa: E402
+import typer
 
-from feature_jobs.cli import bench_features  # noqa: E402
+from feature_jobs.cli import bench_features
 
 if __name__ == "__main__":
     typer.run(bench_features)

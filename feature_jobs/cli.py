@@ -1,9 +1,9 @@
 """The data layer's commands, mounted by `ticketflow.cli`:
 
-    ticketflow features            run the streaming feature jobs (also `features run`)
-    ticketflow features describe   the views, their signatures and what the store holds
-    ticketflow features drift --now  one drift check per view, printed and published
-    ticketflow bench features      `bench_features`: job updates/s vs redis-benchmark, reads
+ticketflow features            run the streaming feature jobs (also `features run`)
+ticketflow features describe   the views, their signatures and what the store holds
+ticketflow features drift --now  one drift check per view, printed and published
+ticketflow bench features      `bench_features`: job updates/s vs redis-benchmark, reads
 """
 
 from __future__ import annotations
@@ -147,6 +147,51 @@ def describe(
         console.print(table)
 
 
+@features_app.command("prune")
+def prune(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="count, delete nothing")] = False,
+    views_file: ViewsFile = None,
+) -> None:
+    """Delete the keys of superseded view definitions (else they live out their TTLs)."""
+    s, fs = _settings()
+    views = _views(views_file)
+    counts = asyncio.run(_prune(s, fs, views, dry_run))
+    for name, n in counts.items():
+        verb = "would delete" if dry_run else "deleted"
+        console.print(f"{name}: {verb} {n} key(s) of other signatures")
+
+
+async def _prune(s: Settings, fs: FeatureSettings, views: dict[str, FeatureView], dry_run: bool):
+    import redis.asyncio as aioredis
+
+    from feature_jobs.store import SIG_CHARS, ViewKeys
+
+    r = aioredis.from_url(s.redis_url, socket_timeout=5.0)
+    counts: dict[str, int] = {}
+    try:
+        for name, v in views.items():
+            keep = ViewKeys.of(v, fs.key_prefix)
+            base = f"{fs.key_prefix}:{name}:"
+            doomed: list[bytes] = []
+            n = 0
+            async for key in r.scan_iter(match=base + "*", count=2000):
+                tag = key.decode()[len(base) :].split(":", 1)[0]
+                if len(tag) != SIG_CHARS or tag == keep.tag:
+                    continue  # the pointer, or the current definition's keys
+                n += 1
+                if not dry_run:
+                    doomed.append(key)
+                    if len(doomed) >= 1000:
+                        await r.delete(*doomed)
+                        doomed = []
+            if doomed:
+                await r.delete(*doomed)
+            counts[name] = n
+    finally:
+        await r.aclose()
+    return counts
+
+
 def _dur(seconds: int | None) -> str:
     if not seconds:
         return "-"
@@ -198,8 +243,13 @@ def drift(
 
 
 async def _drift_now(s, fs, views, names, since_s, reference, save_reference, export_reference):
-    from feature_jobs.drift import DriftChecker, ReferenceProfile, Thresholds, build_reference
-    from feature_jobs.drift import split_fallbacks
+    from feature_jobs.drift import (
+        DriftChecker,
+        ReferenceProfile,
+        Thresholds,
+        build_reference,
+        split_fallbacks,
+    )
 
     period = since_s if since_s is not None else fs.drift_period_s
     checker = DriftChecker(
@@ -278,7 +328,9 @@ def _show_last_reports(s: Settings, names: list[str]) -> None:
             while time.monotonic() < deadline:
                 msg = c.poll(0.5)
                 if msg is None:
-                    if all(c.position([tp])[0].offset >= c.get_watermark_offsets(tp)[1] for tp in tps):
+                    if all(
+                        c.position([tp])[0].offset >= c.get_watermark_offsets(tp)[1] for tp in tps
+                    ):
                         break
                     continue
                 if not msg.error() and msg.key():
@@ -295,12 +347,15 @@ def _show_last_reports(s: Settings, names: list[str]) -> None:
 
 
 def bench_features(
-    events: Annotated[int, typer.Option(help="tickets the feature job consumes")] = 60_000,
+    events: Annotated[int, typer.Option(help="tickets the feature job consumes a run")] = 40_000,
     entities: Annotated[int, typer.Option(help="distinct users among them")] = 5_000,
     reads: Annotated[int, typer.Option(help="online reads per latency series")] = 5_000,
     benchmark_requests: Annotated[
         int, typer.Option(help="requests of the redis-benchmark run")
-    ] = 200_000,
+    ] = 100_000,
+    repeats: Annotated[
+        int, typer.Option(help="job runs, each between two redis-benchmark runs", min=1, max=9)
+    ] = 3,
     workers: Annotated[
         int, typer.Option(help="feature job processes (one consumer group)", min=1, max=8)
     ] = 1,
@@ -317,6 +372,7 @@ def bench_features(
         reads=reads,
         benchmark_requests=benchmark_requests,
         workers=workers,
+        repeats=repeats,
         out=out,
         echo=console.print,
     )

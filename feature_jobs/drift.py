@@ -174,9 +174,7 @@ def build_reference(view: FeatureView, rows: Sequence[dict[str, Any]]) -> Refere
         view=view.name,
         signature=view.signature(),
         sample_size=len(rows),
-        features={
-            f.name: profile_feature(f, [r.get(f.name) for r in rows]) for f in view.features
-        },
+        features={f.name: profile_feature(f, [r.get(f.name) for r in rows]) for f in view.features},
     )
 
 
@@ -262,7 +260,11 @@ def evaluate(
         withheld = f"store degraded: {fallback_rate:.0%} of the sample were fallbacks"
     if withheld:
         for f in view.features:
-            features[f.name] = {"drifted": False, "skipped": withheld, "fallback_rate": fallback_rate}
+            features[f.name] = {
+                "drifted": False,
+                "skipped": withheld,
+                "fallback_rate": fallback_rate,
+            }
         return _report(view, n, excluded_fallback, features)
 
     ge = ge or GreatExpectations.shared()
@@ -444,7 +446,9 @@ class DriftChecker:
     ) -> list[dict[str, FeatureValue]]:
         keys = self._keys[view]
         until = "+inf" if until_ms is None else until_ms
-        entities = [e.decode() for e in await self._redis.zrangebyscore(keys.recent, since_ms, until)]
+        entities = [
+            e.decode() for e in await self._redis.zrangebyscore(keys.recent, since_ms, until)
+        ]
         if len(entities) > self.sample_size:
             entities = random.Random(seed).sample(entities, self.sample_size)
         sem = asyncio.Semaphore(32)
@@ -487,7 +491,9 @@ class DriftChecker:
         try:
             rows = await self.sample(view, since, until_ms)
         except SignatureMismatch as exc:
-            return _report(spec, 0, 0, {f.name: {"drifted": False, "skipped": str(exc)} for f in spec.features})
+            return _report(
+                spec, 0, 0, {f.name: {"drifted": False, "skipped": str(exc)} for f in spec.features}
+            )
         real, excluded = split_fallbacks(rows)
         if reference is None:
             reference = await self.load_reference(view)
@@ -508,9 +514,7 @@ class DriftChecker:
                 excluded,
                 {f.name: {"drifted": False, "skipped": note} for f in spec.features},
             )
-        return await asyncio.to_thread(
-            evaluate, spec, reference, real, excluded, self.thresholds
-        )
+        return await asyncio.to_thread(evaluate, spec, reference, real, excluded, self.thresholds)
 
     async def close(self) -> None:
         await self.reader.close()

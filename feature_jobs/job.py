@@ -191,7 +191,10 @@ async def event_batches(app: faust.App, stream, max_n: int, within_s: float):
     loop = asyncio.get_running_loop()
     acking = app.topics.acking_topics
     while True:
-        batch = [await queue.get()]
+        try:
+            batch = [await queue.get()]
+        except StopAsyncIteration:  # the channel closes when the worker stops
+            return
         deadline = loop.time() + within_s
         while len(batch) < max_n:
             if not queue.empty():
@@ -258,7 +261,11 @@ def build_job(
 
     def make_agent(topic_name: str, writer: FeatureWriter) -> None:
         channel = app.topic(
-            topic_name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+            topic_name,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
         )
 
         async def update(stream):
@@ -372,9 +379,8 @@ def run_job(
     loglevel: str = "warning",
 ) -> None:
     try:  # libuv's loop: the consumer's per-message tasks cost less on it (about 15 %)
-        import uvloop  # noqa: F401
-
         import mode.loop
+        import uvloop  # noqa: F401
 
         mode.loop.use("uvloop")
     except ImportError:

@@ -65,9 +65,13 @@ class RespConnection:
         self._parser = hiredis.Reader()
         hello: list[bytes] = []
         if self._password is not None:
-            args = ("AUTH", self._username, self._password) if self._username else (
-                "AUTH",
-                self._password,
+            args = (
+                ("AUTH", self._username, self._password)
+                if self._username
+                else (
+                    "AUTH",
+                    self._password,
+                )
             )
             hello.append(hiredis.pack_command(args))
         if self.db:

@@ -25,6 +25,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--max-inflight-batches", type=int, help="batches at Triton at once (default 2)"
     )
+    parser.add_argument(
+        "--adaptive-delay",
+        action="store_const",
+        const=True,
+        help="size the batch wait from measured batch cost (max: --max-queue-delay-us)",
+    )
+    parser.add_argument(
+        "--cache-size", type=int, help="response cache entries, 0 = off (default 10000)"
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
     return parser.parse_args(argv)
 
@@ -42,6 +51,8 @@ def main(argv: list[str] | None = None) -> None:
         max_queue_delay_us=args.max_queue_delay_us,
         max_queue_size=args.max_queue_size,
         max_inflight_batches=args.max_inflight_batches,
+        adaptive_delay=args.adaptive_delay,
+        cache_size=args.cache_size,
     )
 
 

@@ -119,7 +119,8 @@ class TritonClient:
                     inputs,
                     model_version=triton_version(version),
                     outputs=outputs,
-                    # Triton's queue timeout (µs): an expired request is not computed there
+                    # Triton's queue timeout (µs), for a model config that allows one (ours
+                    # does not: see its config.pbtxt); else ignored by Triton
                     timeout=int(left_s * 1e6),
                     client_timeout=left_s,
                 )

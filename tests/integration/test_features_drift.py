@@ -128,8 +128,8 @@ def test_shifted_distribution_raises_a_drift_report_and_unshifted_does_not():
                 got.append((msg.key(), DriftReport.model_validate_json(msg.value())))
     finally:
         c.close()
-        AdminClient({"bootstrap.servers": settings.kafka_bootstrap}).delete_topics(
-            [Topics(settings.topic_prefix).features_drift]
-        )
+        admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+        admin.delete_topics([Topics(settings.topic_prefix).features_drift])
+        admin.delete_consumer_groups([f"itd{RUN}"])
     assert [k for k, _ in got] == [VIEW.name.encode()] * 2
     assert [r.drifted for _, r in got] == [False, True]

@@ -27,7 +27,9 @@ import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from feature_jobs.cli import _prune
 from feature_jobs.reader import OnlineFeatureReader, SignatureMismatch
+from feature_jobs.settings import FeatureSettings
 from feature_jobs.store import ViewKeys, materialize
 from feature_jobs.views import VIEWS_FILE, load_views
 from streams.settings import REPO_ROOT, Settings
@@ -233,3 +235,13 @@ def test_job_counts_windows_replays_idempotently_and_rebuilds_a_changed_view(env
     finally:
         job2.stop()
     assert client.pttl(k2.built) > 0 and client.pttl(k2.pointer) > 0
+
+    # the superseded definition's keys can go before their TTLs: `features prune`
+    fs = FeatureSettings(key_prefix=key_prefix)
+    s = Settings(redis_url=env["url"])
+    pruned = asyncio.run(_prune(s, fs, v2, dry_run=False))["user_ticket_stats"]
+    assert pruned > 0
+    left = {k.decode() for k in client.scan_iter(match=f"{key_prefix}:*", count=1000)}
+    assert not any(k1.tag in k for k in left) and any(k2.tag in k for k in left)
+    with pytest.raises(SignatureMismatch):
+        asyncio.run(read(v1))

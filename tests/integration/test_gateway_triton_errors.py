@@ -118,8 +118,9 @@ async def test_a_full_triton_queue_and_a_queue_timeout_are_told_apart(
             assert len(overloaded) >= 2 and max(overloaded) < 0.2
             assert sum(code == "ok" for code, _ in results) >= 2
 
-            # a request whose deadline passes while it waits behind a busy instance: the
-            # gateway sends that deadline as Triton's queue timeout; Triton rejects it
+            # a request whose deadline passes while it waits behind a busy instance, on a
+            # model that allows queue timeouts (ticket_classifier does not, see its config):
+            # the client sends its deadline as the timeout; Triton rejects it
             results = await asyncio.gather(call(), call(timeout_s=0.1), call(timeout_s=0.1))
             assert results[0][0] == "ok"
             assert [code for code, _ in results[1:]] == ["TIMEOUT", "TIMEOUT"]
@@ -176,8 +177,6 @@ async def test_killing_triton_is_model_unavailable_then_it_recovers(
                 assert time.monotonic() < deadline, "no recovery within 30 s"
                 await asyncio.sleep(0.5)
         assert answer.outputs[0].label == "shipping"
-        import aiohttp
-
-        async with aiohttp.ClientSession() as s, s.get(client.base_url + "/readyz") as r:
-            print("READYZ", r.status, await r.text())
-        assert await client.ready(timeout_ms=5000)
+        while not await client.ready(timeout_ms=5000):  # /readyz follows, with a real probe
+            assert time.monotonic() < deadline, "/readyz did not recover"
+            await asyncio.sleep(0.5)

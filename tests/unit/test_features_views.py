@@ -195,3 +195,21 @@ def test_materialize_reads_windows_as_of_a_time():
     got = materialize(v, raw, now)
     assert got == {"n1h": 5, "len": 15.0, "ch": ["chat"], "last": "2026-01-01T00:00:00+00:00"}
     assert materialize(v, {}, now) == {"n1h": 0, "len": 0.0, "ch": [], "last": None}
+
+
+def test_match_lookahead_keeps_matches_identical():
+    from feature_jobs.store import compile_match
+
+    pattern = VIEWS["user_ticket_stats"].features[2].match
+    fast, plain = compile_match(pattern), re.compile(pattern, re.IGNORECASE)
+    assert fast.pattern != plain.pattern  # the look-ahead is in front
+    words = ["refund", "return", "it", "the", "money", "back", "send", "them", "退款", "退货"]
+    words += ["x", "my", "want", "to", "charge", "policy", "window", "label", "reimburse"]
+    words += ["ing", "a", "an", "REFUND", "ſend", "Return"]
+    rng = __import__("random").Random(1)
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 8))) for _ in range(5000)]
+    assert any(plain.search(t) for t in texts) and not all(plain.search(t) for t in texts)
+    assert all(bool(fast.search(t)) == bool(plain.search(t)) for t in texts)
+    # patterns whose first character is not known stay as they are
+    for p in ("a*b", "[^x]y", "foo|.bar", "(?i)abc"):
+        assert compile_match(p).pattern == p
