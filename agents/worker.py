@@ -6,7 +6,7 @@ import logging
 
 import faust
 import mode
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import generate_latest
 
 from agents.definition import load_definition
 from agents.engine import Dependencies, WorkflowEngine
@@ -38,7 +38,8 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
 
     @app.page("/metrics")
     async def _metrics(web, request):
-        return web.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST)
+        # aiohttp refuses a charset inside content_type; Prometheus reads this one fine
+        return web.bytes(generate_latest(), content_type="text/plain; version=0.0.4")
 
     @app.page("/ready")
     async def _ready(web, request):

@@ -17,6 +17,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from feature_jobs import cli as features_cli
+from inference_gateway import cli as gateway_cli
 from streams.settings import Settings, get_settings
 from streams.topics import Topics
 
@@ -334,16 +336,23 @@ def config_validate(file: Path) -> None:
             raise typer.Exit(1) from exc
         console.print(f"[green]ok[/]: workflow {d.name} v{d.version}, {len(d.steps)} steps")
         return
-    from pydantic import ValidationError
+    gateway_cli.config_validate(file)
 
-    from schemas.routing import RoutingConfig
 
-    try:
-        cfg = RoutingConfig.model_validate_json(file.read_bytes())
-    except ValidationError as exc:
-        console.print(f"[red]{file}: invalid routing config[/]\n{exc}")
-        raise typer.Exit(1) from exc
-    console.print(f"[green]ok[/]: routing {cfg.name} {cfg.versions}")
+# routing configs: the gateway's own commands (inference_gateway/cli.py)
+config_app.command("set")(gateway_cli.config_set)
+config_app.command("get")(gateway_cli.config_get)
+config_app.command("route-test")(gateway_cli.config_route_test)
+
+# feature views, their job and drift checks (feature_jobs/cli.py)
+app.add_typer(features_cli.features_app, name="features")
+
+bench_app = typer.Typer(
+    help="Benchmarks, each measured in one run on this machine.", no_args_is_help=True
+)
+app.add_typer(bench_app, name="bench")
+bench_app.command("gateway")(gateway_cli.bench_gateway)
+bench_app.command("features")(features_cli.bench_features)
 
 
 @app.command("schemas")

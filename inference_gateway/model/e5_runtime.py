@@ -56,6 +56,10 @@ class Encoder:
             os.environ.get("TICKETFLOW_ORT_THREADS", 0) or (os.cpu_count() or 1)
         )
         options.inter_op_num_threads = 1
+        # no busy-waiting between kernels: on a CPU shared with the gateway and the callers,
+        # spinning threads starve them and each other (measured here under load: batch-1
+        # throughput 12/s spinning against 56/s not)
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3  # shape-merge warnings of the quantised graph: noise
         providers: list = ["CPUExecutionProvider"]
         if device_id is not None and "CUDAExecutionProvider" in ort.get_available_providers():

@@ -11,8 +11,9 @@ Both learn from the synthetic corpus of `corpus.py` and are evaluated on the sam
     python -m inference_gateway.model.train [--version 1|2|all] [--force]
 
 Writes ticket_classifier/1/ (weights.npz, featurize.py, metrics.json) and ticket_classifier/2/
-(encoder.onnx, tokenizer.json, head.npz, e5_tokenizer.py, e5_runtime.py, metrics.json), so
-that the served models need nothing from this package. A version is skipped when its
+(encoder.onnx, tokenizer.json, head.npz, e5_tokenizer.py, e5_runtime.py, model.py,
+metrics.json), so that the served models need nothing from this package; version 2 is built
+in inference_gateway/model/.build-2/ and swapped in whole. A version is skipped when its
 artefacts are newer than every source they were built from, unless --force.
 """
 
@@ -227,15 +228,22 @@ def train_v2(out_dir: Path, n: int = N_TICKETS, seed: int = SEED) -> dict:
 
     check_labels_file()
     t0 = time.perf_counter()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "model.py").unlink(missing_ok=True)  # not servable until whole again
+    # Built aside, then swapped in whole: a Triton starting meanwhile (`ticketflow stack up`)
+    # sees the previous version 2 or none, never a half-built directory it would fail to load.
+    build = (HERE if out_dir == V2_OUT else out_dir.parent) / f".build-{out_dir.name}"
+    shutil.rmtree(build, ignore_errors=True)
+    build.mkdir(parents=True)
     encoder_info = {}
-    if not _encoder_fresh(out_dir):
-        print(f"exporting multilingual-e5-small to {out_dir / 'encoder.onnx'} ...", flush=True)
-        encoder_info = e5_export.export(out_dir)
+    if _encoder_fresh(out_dir):
+        for name in V2_ENCODER_FILES:
+            shutil.copyfile(out_dir / name, build / name)
+    else:
+        print(f"exporting multilingual-e5-small to {build / 'encoder.onnx'} ...", flush=True)
+        encoder_info = e5_export.export(build)
     for name in V2_COPIED:
-        shutil.copyfile(HERE / name, out_dir / name)
+        shutil.copyfile(HERE / name, build / name)
     t_export = time.perf_counter() - t0
+    final_dir, out_dir = out_dir, build
 
     train_rows, test_rows = split(n, seed)
     train_rows = train_rows[:V2_N_TRAIN]
@@ -291,8 +299,19 @@ def train_v2(out_dir: Path, n: int = N_TICKETS, seed: int = SEED) -> dict:
     )
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
     shutil.copyfile(HERE / V2_MODEL, out_dir / "model.py")
+    _swap_in(out_dir, final_dir)
     print(report)
     return metrics
+
+
+def _swap_in(build: Path, final: Path) -> None:
+    """Replace `final` by `build` with two renames (same filesystem)."""
+    old = build.with_name(build.name + "-old")
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        final.rename(old)
+    build.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _summary(version: int, m: dict, out_dir: Path) -> None:

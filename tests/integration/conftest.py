@@ -8,6 +8,7 @@ never sees another run's records.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -35,8 +36,12 @@ def live_stack(settings: Settings) -> Settings:
 
 @pytest.fixture(scope="session")
 def gateway(live_stack: Settings) -> Iterator[services.Service | None]:
-    if services.gateway_ready(live_stack):
-        yield None  # someone's gateway is already serving: use it
+    if services.http_ok(live_stack.gateway_url.rstrip("/") + "/healthz"):
+        # someone's gateway is already serving: use it, once Triton answers through it
+        deadline = time.monotonic() + 90
+        while not services.gateway_ready(live_stack) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        yield None
         return
     service = services.start_gateway(live_stack)
     yield service
