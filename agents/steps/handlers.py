@@ -80,7 +80,12 @@ def degrade(env: Envelope, reason: str) -> None:
 
 
 class InferenceStep(Handler):
-    """One gateway call per batch, behind a circuit breaker; the gateway merges callers."""
+    """One gateway call per ticket, all of a batch at once, behind a circuit breaker.
+
+    One ticket per request keeps canary routing sticky per ticket (the gateway picks a
+    request's version from its first input's id); the gateway merges the concurrent calls
+    of every worker into Triton batches, which is its job.
+    """
 
     def __init__(
         self, client: GatewayClient, deadline_ms: int, breaker: CircuitBreaker | None = None
@@ -89,68 +94,48 @@ class InferenceStep(Handler):
         self._deadline_ms = deadline_ms
         self.breaker = breaker or CircuitBreaker("inference_gateway")
 
-    async def run_batch(self, envs: Sequence[Envelope], step: Step) -> Outcomes:
-        outcomes: Outcomes = [None] * len(envs)
+    async def run(self, env: Envelope, step: Step) -> None:
         # past its deadline a ticket is degraded, but still gets one call within the step's
         # timeout: reviewers then see the model's advice and the result names its version
-        live = [
-            i for i, e in enumerate(envs) if not e.context.degraded or e.context.deadline_passed
-        ]
-        if not live:
-            return outcomes
+        if env.context.degraded and not env.context.deadline_passed:
+            return
         if not self.breaker.allow():
-            for i in live:
-                degrade(envs[i], "CIRCUIT_OPEN: inference gateway failing, call skipped")
-            return outcomes
-        budget = min(step.timeout_ms or 300, *(self._budget(envs[i], step) for i in live))
+            degrade(env, "CIRCUIT_OPEN: inference gateway failing, call skipped")
+            return
         try:
-            resp = await self._predict([envs[i] for i in live], step, budget)
+            resp = await self._predict(env, step)
         except GatewayError as exc:
-            self.breaker.record(ok=exc.code == ErrorCode.INVALID_INPUT, n=len(live))
-            if exc.code == ErrorCode.INVALID_INPUT and len(live) > 1:
-                return await self._one_by_one(envs, live, step, outcomes)
-            for i in live:
-                outcomes[i] = self._failure(envs[i], exc)
-            return outcomes
-        self.breaker.record(ok=True, n=len(live))
-        for i, out in zip(live, resp.outputs, strict=True):
-            envs[i].context.prediction = Prediction(
-                category=Category(out.label),
-                confidence=out.confidence,
-                scores=out.scores,
-                model_name=resp.model,
-                model_version=resp.version,
-            )
-        return outcomes
+            self.breaker.record(ok=exc.code == ErrorCode.INVALID_INPUT)
+            failure = self._failure(env, exc)
+            if failure is not None:
+                raise failure from exc
+            return
+        self.breaker.record(ok=True)
+        out = resp.outputs[0]
+        env.context.prediction = Prediction(
+            category=Category(out.label),
+            confidence=out.confidence,
+            scores=out.scores,
+            model_name=resp.model,
+            model_version=resp.version,
+        )
 
     def _budget(self, env: Envelope, step: Step) -> float:
+        timeout = step.timeout_ms or 300
         if env.context.deadline_passed:
-            return step.timeout_ms or 300
-        return remaining_ms(env, self._deadline_ms)
+            return timeout
+        return min(timeout, remaining_ms(env, self._deadline_ms))
 
-    async def _predict(
-        self, envs: Sequence[Envelope], step: Step, budget_ms: float
-    ) -> PredictResponse:
+    async def _predict(self, env: Envelope, step: Step) -> PredictResponse:
+        budget_ms = self._budget(env, step)
         if budget_ms <= 0:
             raise GatewayError(ErrorCode.TIMEOUT, "no time left in the workflow deadline")
-        inputs = [
-            PredictInput(
-                id=e.ticket.ticket_id,
-                text=e.context.clean_text or e.ticket.text,
-                features={k: v.value for k, v in e.context.features.items()},
-            )
-            for e in envs
-        ]
-        return await self._client.predict(step.model or "", inputs, timeout_ms=int(budget_ms))
-
-    async def _one_by_one(
-        self, envs: Sequence[Envelope], live: list[int], step: Step, outcomes: Outcomes
-    ) -> Outcomes:
-        """A batch refused as invalid: find which inputs are, so the others still classify."""
-        for i in live:
-            sub = await self.run_batch([envs[i]], step)
-            outcomes[i] = sub[0]
-        return outcomes
+        item = PredictInput(
+            id=env.ticket.ticket_id,
+            text=env.context.clean_text or env.ticket.text,
+            features={k: v.value for k, v in env.context.features.items()},
+        )
+        return await self._client.predict(step.model or "", [item], timeout_ms=int(budget_ms))
 
     @staticmethod
     def _failure(env: Envelope, exc: GatewayError) -> BaseException | None:
