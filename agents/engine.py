@@ -134,6 +134,7 @@ class WorkflowEngine:
         # results waiting for their partition's next transaction, and the task committing
         self._queued: dict[int, dict[str, tuple]] = defaultdict(dict)
         self._committing: dict[int, asyncio.Future] = {}
+        self._warming: set[asyncio.Future] = set()
         self._router = next(s for s in definition.steps if s.type == "router")
 
     # ---- wiring -------------------------------------------------------------------------
@@ -150,6 +151,7 @@ class WorkflowEngine:
         decisions = _raw_topic(self.app, self.topics.review_decisions)
         self.app.agent(decisions, name="review")(self._review)
         self.app.on_partitions_revoked.connect(self._on_revoked)
+        self.app.on_partitions_assigned.connect(self._on_assigned)
         self._commit_waits_for_outputs()
 
     def _commit_waits_for_outputs(self) -> None:
@@ -183,6 +185,20 @@ class WorkflowEngine:
             tp.topic == route_topic and tp.partition == partition
             for tp in self.app.consumer.assignment()
         )
+
+    async def _on_assigned(self, app: faust.App, assigned: set, **_: Any) -> None:
+        """Fence the last owner and load the ledger now, not when the first ticket waits."""
+        route_topic = self.topics.step(self._router.name)
+        for tp in assigned:
+            if tp.topic == route_topic:
+                task = asyncio.ensure_future(self._owned(tp.partition))
+                self._warming.add(task)
+                task.add_done_callback(self._warmed)
+
+    def _warmed(self, task: asyncio.Future) -> None:
+        self._warming.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # retried on first use
+            log.warning("route partition warm-up failed: %r", task.exception())
 
     async def _on_revoked(self, app: faust.App, revoked: set, **_: Any) -> None:
         route_topic = self.topics.step(self._router.name)

@@ -18,6 +18,7 @@ from streams.topics import Topics
 from ticketflow import kafka_io, services, stack
 
 console = Console()
+PUBLISH_RATE = 100.0
 MALFORMED = [b"\xff\xfe not utf-8", b"{not json", b'{"ticket_id": "no-text"}']
 
 
@@ -103,7 +104,10 @@ def _summarise(results: list[dict], count: int) -> None:
         table.add_row(route, str(n))
     console.print(table)
     console.print(f"{len(results)} of {count} results")
-    for r in results[:3] + [r for r in results if r["route"] == "after_sales"][:1]:
+    # one decision per route, then a few more
+    shown = list({r["route"]: r for r in reversed(results)}.values())
+    shown += [r for r in results[:6] if r not in shown][: max(0, 4 - len(shown))]
+    for r in shown:
         path = " → ".join(
             f"{p['step']}:{p['status']}({p['latency_ms']:.1f}ms)" for p in r["decision_path"]
         )

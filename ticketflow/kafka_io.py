@@ -27,10 +27,18 @@ def producer(bootstrap: str, **config: object) -> Producer:
     )
 
 
-def produce_all(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes]]) -> int:
+def produce_all(
+    bootstrap: str,
+    topic: str,
+    records: Iterable[tuple[bytes | None, bytes]],
+    rate: float | None = None,
+) -> int:
+    """Publish every record (at most `rate` a second when given) and wait for delivery."""
     p = producer(bootstrap)
-    n = 0
+    n, start = 0, time.monotonic()
     for key, value in records:
+        if rate and (ahead := n / rate - (time.monotonic() - start)) > 0:
+            time.sleep(ahead)
         while True:
             try:
                 p.produce(topic, key=key, value=value)
