@@ -562,7 +562,7 @@ class WorkflowEngine:
     # ---- outputs ------------------------------------------------------------------------
 
     def _forward(self, env: Envelope, step: Step) -> None:
-        nxt = self.definition.next_step(step.name)
+        nxt = self.definition.next_step(step.name, env.context)
         if nxt is None:  # only a router ends a workflow; validation makes this unreachable
             raise RuntimeError(f"step {step.name} has no successor")
         env.step, env.attempt, env.not_before = nxt.name, 1, None

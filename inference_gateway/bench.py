@@ -7,8 +7,9 @@ model repository holding only the benchmarked version) and a private gateway pro
     (a) batching off: the gateway sends every request alone (max_batch_size 1, as many in
         flight as callers) to a Triton whose model config has max_batch_size 1 and no
         dynamic batcher;
-    (b) batching on: the gateway's batcher (max_batch_size, max_queue_delay_us) in front of
-        the repository's own config (Triton's dynamic batcher on);
+    (b) batching on: the gateway's batcher (max_batch_size, max_queue_delay_us, adaptive
+        delay unless --fixed-delay) in front of the repository's own config (Triton's
+        dynamic batcher on);
     (c) the ceiling: the Triton client called directly, no gateway, with pre-formed batches
         of the mean size the gateway formed in (b) at that concurrency, from ceil(C / size)
         callers.
@@ -58,6 +59,7 @@ class BenchSettings:
     version: str = "v2"
     max_batch_size: int = 32
     max_queue_delay_us: int = 2000
+    adaptive_delay: bool = True
     out_dir: Path = Path("bench/results")
     modes: list[str] = field(default_factory=lambda: ["a", "b", "c"])
     n_texts: int = 3000
@@ -142,12 +144,12 @@ def triton(repo: Path, log: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def gateway(triton_url: str, log: Path, **flags: int) -> Iterator[str]:
+def gateway(triton_url: str, log: Path, **flags: int | str) -> Iterator[str]:
     port = _free_port()
     argv = [sys.executable, "-m", "inference_gateway", "--host", "127.0.0.1"]
     argv += ["--port", str(port), "--triton-url", triton_url, "--log-level", "WARNING"]
-    for name, value in flags.items():
-        argv += [f"--{name.replace('_', '-')}", str(value)]
+    for name, value in flags.items():  # a value of "" is a switch
+        argv += [f"--{name.replace('_', '-')}", *([str(value)] if value != "" else [])]
     env = {
         **os.environ,
         "TICKETFLOW_GATEWAY_ROUTING_WATCH": "0",
@@ -362,9 +364,10 @@ def run(s: BenchSettings, console: Console | None = None) -> dict[str, Any]:
             with triton(repo, logs / "triton-b.log") as url:
                 sizes: dict[int, float] = {}
                 if "b" in s.modes:
+                    flags = {"adaptive_delay": ""} if s.adaptive_delay else {}
                     with gateway(
                         url, logs / "gateway-b.log", max_batch_size=s.max_batch_size,
-                        max_queue_delay_us=s.max_queue_delay_us, max_queue_size=100_000,
+                        max_queue_delay_us=s.max_queue_delay_us, max_queue_size=100_000, **flags,
                     ) as gw:  # fmt: skip
                         got = asyncio.run(_gateway_points("b", gw, texts, s, progress))
                     points += got
@@ -435,7 +438,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
     axes[0].legend(fontsize=8)
     fig.suptitle(
         f"{MODEL} {s['version']} on {result['machine']['cpus']} CPUs: closed loop, "
-        f"max_batch_size {s['max_batch_size']}, delay {s['max_queue_delay_us']} µs",
+        f"max_batch_size {s['max_batch_size']}, delay {s['max_queue_delay_us']} µs"
+        + (" (adaptive)" if s.get("adaptive_delay") else ""),
         fontsize=10,
     )
     fig.tight_layout()

@@ -274,6 +274,9 @@ def bench_gateway(
     version: Annotated[str, typer.Option(help="model version to load")] = "v2",
     max_batch_size: Annotated[int, typer.Option(help="gateway batch size in mode (b)")] = 32,
     max_queue_delay_us: Annotated[int, typer.Option(help="gateway batch wait in (b)")] = 2000,
+    adaptive_delay: Annotated[
+        bool, typer.Option("--adaptive-delay/--fixed-delay", help="batch wait mode in (b)")
+    ] = True,
     out: Annotated[Path, typer.Option(help="folder for gateway.json and gateway.png")] = Path(
         "bench/results"
     ),
@@ -291,6 +294,7 @@ def bench_gateway(
             version=version,
             max_batch_size=max_batch_size,
             max_queue_delay_us=max_queue_delay_us,
+            adaptive_delay=adaptive_delay,
             out_dir=out,
             modes=[m.strip() for m in modes.split(",") if m.strip()],
         ),

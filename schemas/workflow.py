@@ -7,7 +7,7 @@ only it knows them.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -30,6 +30,66 @@ class RetryPolicy(BaseModel):
         return int(self.backoff_ms * self.multiplier ** max(0, attempt - 2))
 
 
+Op = Literal["eq", "ne", "lt", "le", "gt", "ge", "in", "not_in"]
+_MISSING = object()
+
+
+class Condition(BaseModel):
+    """A test over a ticket's context, e.g. `{field: prediction.confidence, op: lt, value: 0.8}`.
+
+    `field` is a dot path into the envelope's context (`prediction.category`,
+    `features.tickets_1h.value`, `degraded`, ...); a path that leads nowhere is false.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    field: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]*(\.[a-z0-9_]+)*$")]
+    op: Op = "eq"
+    value: Any
+
+    def holds(self, context: Any) -> bool:
+        actual = _lookup(context, self.field)
+        if actual is _MISSING:
+            return False
+        if hasattr(actual, "value") and isinstance(self.value, str):
+            actual = actual.value  # enums compare by their string value
+        try:
+            return _OPS[self.op](actual, self.value)
+        except TypeError:  # e.g. None < 0.5: a condition that cannot hold
+            return False
+
+
+_OPS = {
+    "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b,
+    "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b,
+    "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b,
+    "in": lambda a, b: a in b,
+    "not_in": lambda a, b: a not in b,
+}
+
+
+def _lookup(obj: Any, path: str) -> Any:
+    for part in path.split("."):
+        if obj is None:
+            return _MISSING
+        obj = obj.get(part, _MISSING) if isinstance(obj, dict) else getattr(obj, part, _MISSING)
+        if obj is _MISSING:
+            return _MISSING
+    return obj
+
+
+class Branch(BaseModel):
+    """One way out of a step: taken when `when` holds (or always, without `when`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    when: Condition | None = None
+    step: StepName
+
+
 class Step(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -44,8 +104,9 @@ class Step(BaseModel):
     retry: RetryPolicy | None = None
     # rule_engine: confidence below this sends the ticket to manual review
     threshold: float = Field(0.5, ge=0.0, le=1.0)
-    # the step that follows; default: the next one in the list
-    next: StepName | None = None
+    # what follows: a step name, or branches tried in order (the last without `when`);
+    # default: the next step in the list
+    next: StepName | list[Branch] | None = None
 
     @model_validator(mode="after")
     def _type_needs(self) -> Step:
@@ -60,7 +121,17 @@ class Step(BaseModel):
             raise ValueError(f"step {self.name!r} of type rule_engine needs `rules`")
         if self.type == "router" and not self.routes:
             raise ValueError(f"step {self.name!r} of type router needs `routes`")
+        if isinstance(self.next, list) and (not self.next or self.next[-1].when is not None):
+            raise ValueError(
+                f"step {self.name!r}: the last branch of `next` needs no `when`, "
+                "so that every ticket has somewhere to go"
+            )
         return self
+
+    def targets(self) -> list[str]:
+        if self.next is None:
+            return []
+        return [self.next] if isinstance(self.next, str) else [b.step for b in self.next]
 
 
 class WorkflowDefinition(BaseModel):
@@ -80,22 +151,37 @@ class WorkflowDefinition(BaseModel):
             raise ValueError(f"steps: duplicate step names {dupes}")
         if self.steps[0].type != "validator":
             raise ValueError("steps[0]: the first step must be of type validator")
-        if self.steps[-1].type != "router" and self.steps[-1].next is None:
-            raise ValueError("steps: the last step must be a router")
         for s in self.steps:
-            if s.next is not None and s.next not in names:
-                raise ValueError(f"steps.{s.name}.next: unknown step {s.next!r}")
+            for target in s.targets():
+                if target not in names:
+                    raise ValueError(f"steps.{s.name}.next: unknown step {target!r}")
         self._check_reachable_acyclic()
         return self
 
+    def successors(self, name: str) -> list[str]:
+        step = self.step(name)
+        if step.next is not None:
+            return step.targets()
+        if step.type == "router":
+            return []
+        index = self.steps.index(step)
+        return [self.steps[index + 1].name] if index + 1 < len(self.steps) else []
+
     def _check_reachable_acyclic(self) -> None:
-        seen: list[str] = []
-        step: Step | None = self.steps[0]
-        while step is not None:
-            if step.name in seen:
-                raise ValueError(f"steps: cycle {' -> '.join([*seen, step.name])}")
-            seen.append(step.name)
-            step = self.next_step(step.name)
+        seen: set[str] = set()
+
+        def visit(name: str, path: list[str]) -> None:
+            if name in path:
+                raise ValueError(f"steps: cycle {' -> '.join([*path, name])}")
+            if name in seen:
+                return
+            seen.add(name)
+            for nxt in self.successors(name):
+                visit(nxt, [*path, name])
+            if not self.successors(name) and self.step(name).type != "router":
+                raise ValueError(f"steps.{name}: a workflow must end in a router")
+
+        visit(self.steps[0].name, [])
         unreachable = [s.name for s in self.steps if s.name not in seen]
         if unreachable:
             raise ValueError(f"steps: unreachable steps {unreachable}")
@@ -106,15 +192,15 @@ class WorkflowDefinition(BaseModel):
                 return s
         raise KeyError(name)
 
-    def next_step(self, name: str) -> Step | None:
-        """The step after `name`, or None after a router."""
+    def next_step(self, name: str, context: Any = None) -> Step | None:
+        """The step after `name` for a ticket with this context, or None after a router."""
         step = self.step(name)
-        if step.next is not None:
-            return self.step(step.next)
-        if step.type == "router":
-            return None
-        index = self.steps.index(step)
-        return self.steps[index + 1] if index + 1 < len(self.steps) else None
+        if isinstance(step.next, list):
+            for branch in step.next:
+                if branch.when is None or branch.when.holds(context):
+                    return self.step(branch.step)
+        successors = self.successors(name)
+        return self.step(successors[0]) if successors else None
 
     @property
     def routes(self) -> list[str]:

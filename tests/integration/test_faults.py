@@ -6,8 +6,6 @@ test. Results are counted by a stock read_committed consumer.
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import time
 import uuid
@@ -24,18 +22,57 @@ from ticketflow import services, stack
 pytestmark = pytest.mark.integration
 
 
+class PrivatePipeline:
+    """A worker of its own on a topic prefix of its own, and a read_committed watcher."""
+
+    def __init__(self) -> None:
+        self.env = {
+            "TICKETFLOW_TOPIC_PREFIX": f"f{uuid.uuid4().hex[:8]}.",
+            "TICKETFLOW_WORKER_WEB_PORT": "6266",
+        }
+        self.settings = Settings(
+            **{k.removeprefix("TICKETFLOW_").lower(): v for k, v in self.env.items()}
+        )
+        self.topics = Topics(self.settings.topic_prefix)
+        self.watch = Collector(self.settings.kafka_bootstrap, [self.topics.out(r) for r in ROUTES])
+        self.worker: services.Service | None = None
+        self._starts = 0
+
+    def start_worker(self) -> None:
+        self._starts += 1
+        name = f"worker-{self.settings.topic_prefix}{self._starts}"
+        self.worker = services.start_worker(self.settings, self.env, log_name=name)
+
+    def publish(self, batch: list[dict], rate: float | None = None) -> None:
+        publish(self.settings.kafka_bootstrap, self.topics.tickets_in, batch, rate)
+
+    def results_for(self, batch: list[dict], timeout_s: float = 300) -> list:
+        want = len(batch)
+        return self.watch.until(lambda rs: len(count_results(rs)) >= want, timeout_s, 5)
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+        self.watch.close()
+
+
 @pytest.fixture
-def fault_env(live_stack, gateway, worker):
-    """Settings and environment of a private pipeline (prefix, web port)."""
-    env = {
-        "TICKETFLOW_TOPIC_PREFIX": f"f{uuid.uuid4().hex[:8]}.",
-        "TICKETFLOW_WORKER_WEB_PORT": "6266",
-    }
-    return Settings(**{k.removeprefix("TICKETFLOW_").lower(): v for k, v in env.items()}), env
+def pipeline(live_stack, gateway, worker):
+    p = PrivatePipeline()
+    p.start_worker()
+    yield p
+    p.close()
 
 
 def count_results(records) -> Counter:
     return Counter(m.key().decode() for m in records)
+
+
+def assert_exactly_once(batch: list[dict], records) -> None:
+    counts = count_results(records)
+    assert set(counts) == {t["ticket_id"] for t in batch}, "tickets lost"
+    doubled = [k for k, n in counts.items() if n > 1]
+    assert not doubled, f"{len(doubled)} tickets with two results, e.g. {doubled[:3]}"
 
 
 def wait_for(predicate, timeout_s: float, what: str) -> None:
@@ -47,81 +84,46 @@ def wait_for(predicate, timeout_s: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_sigkill_mid_stream_loses_nothing_and_doubles_nothing(fault_env):
-    settings, env = fault_env
-    topics = Topics(settings.topic_prefix)
+def test_sigkill_mid_stream_loses_nothing_and_doubles_nothing(pipeline):
     batch = tickets(5000, "kill", seed=42)
-    watch = Collector(settings.kafka_bootstrap, [topics.out(r) for r in ROUTES])
-    w = services.start_worker(settings, env, log_name=f"worker-{settings.topic_prefix}1")
-    try:
-        publish(settings.kafka_bootstrap, topics.tickets_in, batch)
-        watch.until(lambda rs: len(rs) >= 1000, 120, settle_s=0)  # well in flight
-        os.kill(w.process.pid, signal.SIGKILL)
-        w.process.wait(10)
-        w = services.start_worker(settings, env, log_name=f"worker-{settings.topic_prefix}2")
-        records = watch.until(lambda rs: len(count_results(rs)) >= len(batch), 300, settle_s=5)
-    finally:
-        w.stop()
-        watch.close()
-    counts = count_results(records)
-    assert set(counts) == {t["ticket_id"] for t in batch}, "tickets lost"
-    doubled = [k for k, n in counts.items() if n > 1]
-    assert not doubled, f"{len(doubled)} tickets with two results, e.g. {doubled[:3]}"
+    pipeline.publish(batch)
+    pipeline.watch.until(lambda rs: len(rs) >= 1000, 120, settle_s=0)  # well in flight
+    pipeline.worker.kill()
+    pipeline.start_worker()
+    assert_exactly_once(batch, pipeline.results_for(batch))
 
 
-def test_broker_restart_mid_stream_loses_nothing_and_doubles_nothing(fault_env):
-    settings, env = fault_env
-    topics = Topics(settings.topic_prefix)
+def test_broker_restart_mid_stream_loses_nothing_and_doubles_nothing(pipeline):
     batch = tickets(1500, "brk", seed=43)
-    watch = Collector(settings.kafka_bootstrap, [topics.out(r) for r in ROUTES])
-    w = services.start_worker(settings, env, log_name=f"worker-{settings.topic_prefix}b")
-    try:
-        publish(settings.kafka_bootstrap, topics.tickets_in, batch[:750], rate=150)
-        watch.until(lambda rs: len(rs) >= 200, 120, settle_s=0)
-        stack.stop_part(settings, "kafka")
-        time.sleep(2)
-        stack.start_part(settings, "kafka")
-        publish(settings.kafka_bootstrap, topics.tickets_in, batch[750:], rate=150)
-        if w.process.poll() is not None:  # Faust gave up on the broker: a supervisor restarts
-            w = services.start_worker(settings, env, log_name=f"worker-{settings.topic_prefix}c")
-        records = watch.until(lambda rs: len(count_results(rs)) >= len(batch), 300, settle_s=5)
-    finally:
-        w.stop()
-        watch.close()
-    counts = count_results(records)
-    assert set(counts) == {t["ticket_id"] for t in batch}, "tickets lost"
-    assert max(counts.values()) == 1, "a ticket has two results"
+    pipeline.publish(batch[:750], rate=150)
+    pipeline.watch.until(lambda rs: len(rs) >= 200, 120, settle_s=0)
+    stack.stop_part(pipeline.settings, "kafka")
+    time.sleep(2)
+    stack.start_part(pipeline.settings, "kafka")
+    pipeline.publish(batch[750:], rate=150)
+    if pipeline.worker.process.poll() is not None:  # Faust gave up: a supervisor restarts it
+        pipeline.start_worker()
+    assert_exactly_once(batch, pipeline.results_for(batch))
 
 
-def test_triton_outage_opens_the_breaker_degrades_and_recovers(fault_env):
-    settings, env = fault_env
-    topics = Topics(settings.topic_prefix)
+def test_triton_outage_opens_the_breaker_degrades_and_recovers(pipeline):
     batch = tickets(1200, "tri", seed=44)
-    watch = Collector(settings.kafka_bootstrap, [topics.out(r) for r in ROUTES])
-    w = services.start_worker(settings, env, log_name=f"worker-{settings.topic_prefix}t")
-    feeder = threading.Thread(
-        target=publish, daemon=True, args=(settings.kafka_bootstrap, topics.tickets_in, batch, 20)
+    feeder = threading.Thread(target=pipeline.publish, args=(batch, 20), daemon=True)
+    feeder.start()  # 60 s of steady traffic
+    pipeline.watch.until(lambda rs: len(rs) >= 100, 60, settle_s=0)
+    stopped_at = time.monotonic()
+    stack.stop_part(pipeline.settings, "triton")
+    wait_for(
+        lambda: 'circuit_breaker_state{target="inference_gateway"} 2.0' in _metrics(pipeline.env),
+        10,
+        "the breaker to open",
     )
-    try:
-        feeder.start()  # 60 s of steady traffic
-        watch.until(lambda rs: len(rs) >= 100, 60, settle_s=0)
-        stopped_at = time.monotonic()
-        stack.stop_part(settings, "triton")
-
-        def breaker_open() -> bool:
-            return 'circuit_breaker_state{target="inference_gateway"} 2.0' in _metrics(env)
-
-        wait_for(breaker_open, 10, "the breaker to open")
-        assert time.monotonic() - stopped_at <= 12
-        time.sleep(max(0.0, 30 - (time.monotonic() - stopped_at)))
-        stack.start_part(settings, "triton")
-        feeder.join(120)
-        records = watch.until(lambda rs: len(count_results(rs)) >= len(batch), 180, settle_s=5)
-    finally:
-        w.stop()
-        watch.close()
-    counts = count_results(records)
-    assert set(counts) == {t["ticket_id"] for t in batch} and max(counts.values()) == 1
+    assert time.monotonic() - stopped_at <= 12
+    time.sleep(max(0.0, 30 - (time.monotonic() - stopped_at)))
+    stack.start_part(pipeline.settings, "triton")
+    feeder.join(120)
+    records = pipeline.results_for(batch, 180)
+    assert_exactly_once(batch, records)
     results = [orjson.loads(m.value()) for m in records]
     reasons = Counter((r["degraded_reason"] or "").split(":")[0] for r in results)
     assert reasons["CIRCUIT_OPEN"] > 0, reasons

@@ -61,3 +61,60 @@ def test_unreadable_file(tmp_path):
     bad.write_text("steps: [")
     with pytest.raises(DefinitionError, match="cannot read"):
         load_definition(bad)
+
+
+def branching(next_):
+    data = base()
+    data["steps"].insert(
+        5, {"name": "escalate", "type": "rule_engine", "rules": ["refund_check"], "next": "route"}
+    )
+    data["steps"][4]["next"] = next_
+    return data
+
+
+def test_a_step_can_branch_on_the_context():
+    from schemas.tickets import Category, Context, Prediction
+
+    d = parse_definition(
+        branching(
+            [
+                {
+                    "when": {"field": "prediction.confidence", "op": "lt", "value": 0.3},
+                    "step": "escalate",
+                },
+                {"step": "route"},
+            ]
+        )
+    )
+    low = Context(
+        prediction=Prediction(
+            category=Category.billing, confidence=0.2, model_name="m", model_version="v1"
+        )
+    )
+    high = low.model_copy(
+        update={"prediction": low.prediction.model_copy(update={"confidence": 0.9})}
+    )
+    assert d.next_step("rules", low).name == "escalate"
+    assert d.next_step("rules", high).name == "route"
+    assert d.next_step("rules", Context()).name == "route"  # no prediction: the default
+    assert d.next_step("escalate", low).name == "route"
+
+
+@pytest.mark.parametrize(
+    ("next_", "message"),
+    [
+        ([{"when": {"field": "degraded", "value": True}, "step": "escalate"}], "last branch"),
+        ([{"step": "nowhere"}], "unknown step 'nowhere'"),
+        (
+            [{"when": {"field": "degraded", "value": True}, "step": "clean"}, {"step": "route"}],
+            "cycle",
+        ),
+        (
+            [{"when": {"field": "Bad Path", "value": 1}, "step": "route"}, {"step": "route"}],
+            "field",
+        ),
+    ],
+)
+def test_bad_branches_are_refused(next_, message):
+    with pytest.raises(DefinitionError, match=message):
+        parse_definition(branching(next_))
