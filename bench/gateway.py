@@ -11,9 +11,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import typer  # noqa: E402
+import typer
 
-from inference_gateway.cli import bench_gateway  # noqa: E402
+from inference_gateway.cli import bench_gateway
 
 if __name__ == "__main__":
     typer.run(bench_gateway)

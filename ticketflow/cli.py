@@ -355,6 +355,17 @@ bench_app.command("gateway")(gateway_cli.bench_gateway)
 bench_app.command("features")(features_cli.bench_features)
 
 
+@bench_app.command("pipeline")
+def bench_pipeline(
+    tickets: Annotated[int, typer.Option(help="tickets in each throughput burst")] = 2000,
+    out: Annotated[Path, typer.Option(help="where the JSON and PNG go")] = Path("bench/results"),
+) -> None:
+    """Raw Kafka relay vs a naive consumer vs ticketflow: throughput, latency, per step."""
+    from ticketflow.bench_pipeline import bench_pipeline as run
+
+    run(tickets, out)
+
+
 @app.command("schemas")
 def export_schemas(out: Path = Path("schemas/json")) -> None:
     """Export the JSON Schema of every record and API body."""

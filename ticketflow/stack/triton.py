@@ -64,12 +64,14 @@ def server_module() -> ModuleType:
 
 
 def ensure_model(settings: Settings) -> None:
-    """Train the default model (idempotent) when its weights are missing."""
-    if weights_path().exists():
-        return
+    """Build the models (idempotent: under a second when every version is up to date).
+
+    Always run, not only when v1's weights are missing: a stale checkout would otherwise
+    start Triton without a version that its sources now define.
+    """
     train_log = logs_dir(settings) / "model-train.log"
     train_log.parent.mkdir(parents=True, exist_ok=True)
-    log.info("triton: %s is missing; running `python -m %s`", weights_path(), TRAIN_MODULE)
+    log.info("triton: building the models (`python -m %s`)", TRAIN_MODULE)
     with train_log.open("ab") as fh:
         rc = subprocess.run(
             [sys.executable, "-m", TRAIN_MODULE],

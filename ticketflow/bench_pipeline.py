@@ -1,0 +1,356 @@
+"""`ticketflow bench pipeline`: the whole pipeline against the limits that matter, in one run.
+
+(a) the floor: a raw aiokafka relay chain over as many hops as the workflow has, same
+    partitions and record size, doing no work;
+(b) the naive baseline the seed articles warn about: one consumer doing every step in one
+    function, one synchronous gateway call per ticket;
+(c) ticketflow's worker (model v1, exactly-once results).
+
+For each: sustained throughput (a burst, first publish to last result), then end-to-end
+latency under an open-loop producer at 25/50/75 % of that variant's maximum; for (c) the
+per-step breakdown from the decision paths. JSON and a PNG under bench/results/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import statistics
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from agents.steps.clean import clean_text
+from agents.steps.rules import RuleInput, apply_rules
+from agents.steps.validate import parse_ticket
+from feature_jobs.reader import OnlineFeatureReader
+from feature_jobs.views import VIEWS
+from inference_gateway.client import GatewayClient
+from inference_gateway.model.corpus import generate
+from schemas.gateway import PredictInput
+from schemas.tickets import Category, Context, Prediction
+from streams.admin import ensure_topics
+from streams.settings import Settings
+from streams.topics import Topics
+from ticketflow import services
+
+console = Console()
+HOPS = 6  # validate, clean, features, infer, rules, route
+LOADS = (0.25, 0.5, 0.75)
+
+
+@dataclass
+class Variant:
+    name: str
+    max_per_s: float = 0.0
+    latency_ms: dict[str, dict[str, float]] = field(default_factory=dict)
+    steps_ms: dict[str, float] = field(default_factory=dict)
+
+
+def _tickets(n: int, run: str) -> list[tuple[bytes, bytes]]:
+    """(key, value) pairs of `n` tickets, about 300 bytes each, keyed by ticket id."""
+    return [
+        (
+            f"{run}-{i}".encode(),
+            orjson.dumps(
+                {
+                    "ticket_id": f"{run}-{i}",
+                    "text": t["text"],
+                    "user_id": f"u{i % 97}",
+                    "created_at": "2026-12-01T00:00:00Z",
+                }
+            ),
+        )
+        for i, t in enumerate(generate(n, seed=7))
+    ]
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"p50": float("nan"), "p95": float("nan"), "p99": float("nan")}
+    qs = statistics.quantiles(values, n=100, method="inclusive")
+    return {"p50": round(qs[49], 2), "p95": round(qs[94], 2), "p99": round(qs[98], 2)}
+
+
+# ---- measuring a variant ----------------------------------------------------------------------
+
+
+async def _run_load(
+    settings: Settings,
+    source: str,
+    sinks: list[str],
+    records: list[tuple[bytes, bytes]],
+    rate: float | None,
+) -> tuple[float, list[float], list[bytes]]:
+    """Publish `records` (at `rate`, or all at once) and wait for as many on `sinks`.
+
+    Returns the throughput, the end-to-end latencies in ms and the results' values.
+    """
+    consumer = AIOKafkaConsumer(
+        *sinks,
+        bootstrap_servers=settings.kafka_bootstrap,
+        group_id=f"bench-{uuid.uuid4().hex[:6]}",
+        auto_offset_reset="latest",
+        isolation_level="read_committed",
+    )
+    await consumer.start()
+    for _ in range(200):  # up to 10 s for the group to assign its partitions
+        if consumer.assignment():
+            break
+        await asyncio.sleep(0.05)
+    await consumer.seek_to_end()
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, linger_ms=2)
+    await producer.start()
+    first = time.monotonic()
+    latencies: list[float] = []
+    values: list[bytes] = []
+    sent: dict[bytes, float] = {}
+
+    async def feed() -> None:
+        for i, (key, value) in enumerate(records):
+            if rate and (ahead := i / rate - (time.monotonic() - first)) > 0:
+                await asyncio.sleep(ahead)
+            sent[key] = time.monotonic()
+            await producer.send(source, key=key, value=value)
+        await producer.flush()
+
+    feeder = asyncio.ensure_future(feed())
+    deadline = time.monotonic() + 120 + len(records) / max(rate or 1000, 1)
+    try:
+        while len(values) < len(records) and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=200)
+            now = time.monotonic()
+            for msgs in batch.values():
+                for m in msgs:
+                    if m.key in sent:
+                        values.append(m.value)
+                        latencies.append((now - sent.pop(m.key)) * 1000)
+        elapsed = time.monotonic() - first
+    finally:
+        await feeder
+        await producer.stop()
+        await consumer.stop()
+    return len(values) / elapsed, latencies, values
+
+
+async def _measure(
+    settings: Settings,
+    variant: Variant,
+    source: str,
+    sinks: list[str],
+    n: int,
+    run: str,
+    progress: Progress,
+) -> list[bytes]:
+    task = progress.add_task(f"{variant.name}: throughput", total=None)
+    rate, _, values = await _run_load(settings, source, sinks, _tickets(n, f"{run}-max"), None)
+    variant.max_per_s = round(rate, 1)
+    progress.update(task, description=f"{variant.name}: {rate:.0f}/s max", completed=1, total=1)
+    for load in LOADS:
+        offered = max(1.0, rate * load)
+        count = max(50, int(offered * 8))  # about 8 s of traffic
+        t = progress.add_task(f"{variant.name}: {int(load * 100)} % load", total=None)
+        _, lat, _ = await _run_load(
+            settings, source, sinks, _tickets(count, f"{run}-{load}"), offered
+        )
+        variant.latency_ms[f"{int(load * 100)}%"] = {
+            "offered_per_s": round(offered, 1),
+            **_percentiles(lat),
+        }
+        progress.update(t, completed=1, total=1)
+    return values
+
+
+# ---- (a) the raw relay chain -----------------------------------------------------------------
+
+
+async def _relay(settings: Settings, topics: list[str], stop: asyncio.Event) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, linger_ms=1)
+    await producer.start()
+    consumers = []
+    for src, dst in itertools.pairwise(topics):
+        c = AIOKafkaConsumer(
+            src,
+            bootstrap_servers=settings.kafka_bootstrap,
+            group_id=f"relay-{src}",
+            auto_offset_reset="latest",
+        )
+        await c.start()
+        consumers.append((c, dst))
+
+    async def hop(c: AIOKafkaConsumer, dst: str) -> None:
+        while not stop.is_set():
+            for msgs in (await c.getmany(timeout_ms=100)).values():
+                for m in msgs:
+                    await producer.send(dst, key=m.key, value=m.value)
+
+    try:
+        await asyncio.gather(*(hop(c, d) for c, d in consumers))
+    finally:
+        for c, _ in consumers:
+            await c.stop()
+        await producer.stop()
+
+
+# ---- (b) the naive single function -----------------------------------------------------------
+
+
+async def _naive(settings: Settings, source: str, sink: str, stop: asyncio.Event) -> None:
+    consumer = AIOKafkaConsumer(
+        source,
+        bootstrap_servers=settings.kafka_bootstrap,
+        group_id=f"naive-{source}",
+        auto_offset_reset="latest",
+    )
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    reader = OnlineFeatureReader(settings.redis_url, VIEWS)
+    gateway = GatewayClient(settings.gateway_url)
+    await consumer.start()
+    await producer.start()
+    try:
+        while not stop.is_set():
+            for msgs in (await consumer.getmany(timeout_ms=100)).values():
+                for m in msgs:  # every step, in order, one ticket at a time
+                    ticket = parse_ticket(m.value, settings.max_record_bytes)
+                    text = clean_text(ticket.text)
+                    await reader.read("user_ticket_stats", ticket.user_id, 0.8)
+                    resp = await gateway.predict(
+                        "ticket_classifier",
+                        [PredictInput(id=ticket.ticket_id, text=text)],
+                        timeout_ms=300,
+                    )
+                    out = resp.outputs[0]
+                    ctx = Context(
+                        prediction=Prediction(
+                            category=Category(out.label),
+                            confidence=out.confidence,
+                            model_name=resp.model,
+                            model_version=resp.version,
+                        )
+                    )
+                    apply_rules(["refund_check", "score_threshold"], RuleInput(text, ctx, 0.5))
+                    await producer.send_and_wait(sink, key=m.key, value=m.value)
+    finally:
+        await consumer.stop()
+        await producer.stop()
+        await gateway.close()
+        await reader.close()
+
+
+async def _with_background(
+    job: Callable[[asyncio.Event], Awaitable[None]], body: Callable[[], Awaitable[list[bytes]]]
+) -> list[bytes]:
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(job(stop))
+    await asyncio.sleep(3)  # consumers joined
+    try:
+        return await body()
+    finally:
+        stop.set()
+        await task
+
+
+# ---- the whole benchmark ---------------------------------------------------------------------
+
+
+async def _bench(settings: Settings, n: int) -> list[Variant]:
+    run = uuid.uuid4().hex[:6]
+    topics = Topics(f"bench-{run}.")
+    raw = [f"bench-{run}.raw.{i}" for i in range(HOPS + 1)]
+    naive_in, naive_out = f"bench-{run}.naive.in", f"bench-{run}.naive.out"
+    ensure_topics(settings, {t: {} for t in [*raw, naive_in, naive_out]})
+    a, b, c = Variant("raw relay (a)"), Variant("naive (b)"), Variant("ticketflow (c)")
+    with Progress(console=console) as progress:
+        await _with_background(
+            lambda stop: _relay(settings, raw, stop),
+            lambda: _measure(settings, a, raw[0], [raw[-1]], n, run, progress),
+        )
+        await _with_background(
+            lambda stop: _naive(settings, naive_in, naive_out, stop),
+            lambda: _measure(settings, b, naive_in, [naive_out], max(200, n // 5), run, progress),
+        )
+        env = {"TICKETFLOW_TOPIC_PREFIX": topics.prefix, "TICKETFLOW_WORKER_WEB_PORT": "6366"}
+        worker_settings = settings.model_copy(
+            update={"topic_prefix": topics.prefix, "worker_web_port": 6366}
+        )
+        worker = services.start_worker(worker_settings, env, log_name=f"bench-worker-{run}")
+        try:
+            outs = [topics.out(r) for r in ("auto_classify", "manual_review", "after_sales")]
+            values = await _measure(settings, c, topics.tickets_in, outs, n, run, progress)
+        finally:
+            worker.stop()
+    c.steps_ms = _step_breakdown(values)
+    return [a, b, c]
+
+
+def _step_breakdown(values: list[bytes]) -> dict[str, float]:
+    per_step: dict[str, list[float]] = defaultdict(list)
+    for value in values:
+        for entry in orjson.loads(value).get("decision_path", []):
+            per_step[entry["step"]].append(entry["latency_ms"])
+    return {s: round(statistics.mean(v), 3) for s, v in per_step.items()}
+
+
+def bench_pipeline(tickets: int = 2000, out: Path = Path("bench/results")) -> None:
+    """Raw Kafka relay vs naive consumer vs ticketflow: throughput, latency, steps."""
+    from streams.settings import get_settings
+
+    variants = asyncio.run(_bench(get_settings(), tickets))
+    _report(variants, out)
+
+
+def _report(variants: list[Variant], out: Path) -> None:
+    a, b, c = variants
+    table = Table("variant", "max/s", *(f"p50/p99 @{int(x * 100)}%" for x in LOADS))
+    for v in variants:
+        cells = [
+            f"{v.latency_ms[k]['p50']:.0f}/{v.latency_ms[k]['p99']:.0f} ms" for k in v.latency_ms
+        ]
+        table.add_row(v.name, f"{v.max_per_s:.0f}", *cells)
+    console.print(table)
+    ratios = {
+        "c_over_a": round(c.max_per_s / a.max_per_s, 3) if a.max_per_s else None,
+        "c_over_b": round(c.max_per_s / b.max_per_s, 2) if b.max_per_s else None,
+    }
+    console.print(f"(c)/(a) = {ratios['c_over_a']}   (c)/(b) = {ratios['c_over_b']}")
+    console.print(f"ticketflow per-step mean latency (ms): {c.steps_ms}")
+    out.mkdir(parents=True, exist_ok=True)
+    report = {"variants": [v.__dict__ for v in variants], "ratios": ratios}
+    (out / "pipeline.json").write_text(json.dumps(report, indent=2))
+    _plot(variants, out / "pipeline.png")
+    console.print(f"wrote {out / 'pipeline.json'} and {out / 'pipeline.png'}")
+
+
+def _plot(variants: list[Variant], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for v in variants:
+        offered = [x["offered_per_s"] for x in v.latency_ms.values()]
+        left.plot(offered, [x["p50"] for x in v.latency_ms.values()], "o--", label=f"{v.name} p50")
+        left.plot(offered, [x["p99"] for x in v.latency_ms.values()], "o-", label=f"{v.name} p99")
+    left.set(
+        xlabel="offered load (tickets/s)",
+        ylabel="end-to-end latency (ms)",
+        yscale="log",
+        title="latency against offered load",
+    )
+    left.legend(fontsize=7)
+    steps = variants[2].steps_ms
+    right.bar(list(steps), list(steps.values()))
+    right.set(ylabel="mean ms in step", title="ticketflow: per-step latency")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
