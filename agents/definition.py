@@ -67,3 +67,25 @@ def _loc(data: object, loc: tuple) -> str:
         else:
             parts.append(str(part))
     return ".".join(parts) or "<root>"
+
+
+def load_earlier_versions(current: WorkflowDefinition, directory: Path) -> list[WorkflowDefinition]:
+    """Earlier versions of `current` kept in `directory`, for the tickets still in flight.
+
+    A step keeps its type across versions (its agent and topic are shared by them).
+    """
+    earlier = []
+    for path in sorted(directory.glob("*.yaml")) if directory.is_dir() else []:
+        d = load_definition(path)
+        if d.name != current.name or d.version >= current.version:
+            continue
+        for step in d.steps:
+            if step.name in {s.name for s in current.steps}:
+                now = current.step(step.name)
+                if now.type != step.type:
+                    raise DefinitionError(
+                        f"{path}: steps.{step.name}.type: {step.type} in version {d.version} "
+                        f"but {now.type} in version {current.version}"
+                    )
+        earlier.append(d)
+    return earlier

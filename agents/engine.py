@@ -112,15 +112,22 @@ def _header(event: faust.EventT, name: str) -> str | None:
 
 class WorkflowEngine:
     def __init__(
-        self, app: faust.App, definition: WorkflowDefinition, settings: Settings, deps: Dependencies
+        self,
+        app: faust.App,
+        definition: WorkflowDefinition,
+        settings: Settings,
+        deps: Dependencies,
+        earlier: Sequence[WorkflowDefinition] = (),
     ) -> None:
         self.app = app
-        self.definition = definition
+        self.definition = definition  # new tickets start on this version
+        # tickets in flight finish on the version they started with
+        self.versions = {d.version: d for d in [*earlier, definition]}
         self.settings = settings
         self.topics = Topics(settings.topic_prefix)
         self.deps = deps
         self.state = app.Table("ticket_state", default=None, partitions=settings.partitions)
-        self.inference = InferenceStep(deps.gateway, definition.deadline_ms)
+        self.inference = InferenceStep(deps.gateway, self._deadline_ms)
         self.handlers: dict[str, Handler] = {
             "processor": ProcessorStep(),
             "feature_lookup": FeatureLookupStep(deps.features),
@@ -140,9 +147,9 @@ class WorkflowEngine:
     # ---- wiring -------------------------------------------------------------------------
 
     def build(self) -> None:
-        first, rest = self.definition.steps[0], self.definition.steps[1:]
+        first = self.definition.steps[0]
         self._agent(self.topics.tickets_in, first, self._validate_batch)
-        for step in rest:
+        for step in self.later_steps():
             handle = self._route_batch if step.type == "router" else self._step_batch
             self._agent(self.topics.step(step.name), step, handle)
         for delay in RETRY_TIERS_MS:
@@ -153,6 +160,26 @@ class WorkflowEngine:
         self.app.on_partitions_revoked.connect(self._on_revoked)
         self.app.on_partitions_assigned.connect(self._on_assigned)
         self._commit_waits_for_outputs()
+
+    def later_steps(self) -> list[Step]:
+        """Every step after validation, of every version in flight (the newest config)."""
+        steps: dict[str, Step] = {}
+        for version in sorted(self.versions):
+            steps.update({s.name: s for s in self.versions[version].steps[1:]})
+        return list(steps.values())
+
+    def _definition_of(self, env: Envelope) -> WorkflowDefinition:
+        return self.versions.get(env.workflow_version, self.definition)
+
+    def _deadline_ms(self, env: Envelope) -> int:
+        return self._definition_of(env).deadline_ms
+
+    def _step_of(self, env: Envelope, name: str) -> Step:
+        """The step as the ticket's own version defines it."""
+        try:
+            return self._definition_of(env).step(name)
+        except KeyError:  # a step the ticket's version lacks: run the newest one
+            return next(s for s in self.later_steps() if s.name == name)
 
     def _commit_waits_for_outputs(self) -> None:
         """At-least-once: Faust flushes its producer before it commits offsets; make that
@@ -241,29 +268,32 @@ class WorkflowEngine:
 
     async def _step_batch(self, step: Step, events: Sequence[faust.EventT]) -> None:
         t0 = time.perf_counter()
-        live = []
+        by_version: dict[int, list[tuple[faust.EventT, Envelope]]] = defaultdict(list)
         for event, env in self._admit_all(step, events):
-            if self._past_deadline(env, step):
-                reason = (
-                    f"{ErrorClass.WORKFLOW_DEADLINE.value}: deadline of "
-                    f"{self.definition.deadline_ms} ms passed before {step.name}"
-                )
-                if self.definition.on_deadline == "dead_letter":
-                    self._dead_letter(
-                        event,
-                        step.name,
-                        ErrorClass.WORKFLOW_DEADLINE,
-                        reason,
-                        env.attempt,
-                        env,
-                    )
-                    continue
-                degrade(env, reason)
-                env.context.deadline_passed = True
-            live.append((event, env))
-        outcomes = await self._run_handler(step, [env for _, env in live])
-        for (event, env), outcome in zip(live, outcomes, strict=True):
-            self._settle(step, event, env, outcome, t0)
+            if self._past_deadline(env, step) and not self._on_deadline(event, env, step):
+                continue
+            by_version[env.workflow_version].append((event, env))
+        for items in by_version.values():
+            own = self._step_of(items[0][1], step.name)
+            outcomes = await self._run_handler(own, [env for _, env in items])
+            for (event, env), outcome in zip(items, outcomes, strict=True):
+                self._settle(own, event, env, outcome, t0)
+
+    def _on_deadline(self, event: faust.EventT, env: Envelope, step: Step) -> bool:
+        """Degrade (True: the step still runs) or dead-letter (False), as the version says."""
+        definition = self._definition_of(env)
+        reason = (
+            f"{ErrorClass.WORKFLOW_DEADLINE.value}: deadline of "
+            f"{definition.deadline_ms} ms passed before {step.name}"
+        )
+        if definition.on_deadline == "dead_letter":
+            self._dead_letter(
+                event, step.name, ErrorClass.WORKFLOW_DEADLINE, reason, env.attempt, env
+            )
+            return False
+        degrade(env, reason)
+        env.context.deadline_passed = True
+        return True
 
     def _admit_all(
         self, step: Step, events: Sequence[faust.EventT]
@@ -342,10 +372,10 @@ class WorkflowEngine:
         """
         if env.context.degraded or step.type not in DEADLINE_GUARDED:
             return False
-        return remaining_ms(env, self.definition.deadline_ms) <= 0
+        return remaining_ms(env, self._deadline_ms(env)) <= 0
 
     def _retry_or_degrade(self, env: Envelope, step: Step, exc: RetryableError, t0: float) -> None:
-        policy = step.retry
+        policy = step.policy_for(exc.code)
         if env.context.deadline_passed:  # no time for another attempt: degraded already
             self._record(env, step, StepStatus.degraded, t0, detail=f"{exc.code}: {exc.reason}")
             self._forward(env, step)
@@ -434,7 +464,11 @@ class WorkflowEngine:
             if self.ledger.has(partition, tid) or tid in self._queued[partition]:
                 log.info("ticket %s already has its result; redelivery skipped", tid)
                 continue
-            self._queued[partition][tid] = (event, env, self._result(env, step, t0))
+            self._queued[partition][tid] = (
+                event,
+                env,
+                self._result(env, self._step_of(env, step.name), t0),
+            )
             if partition not in self._committing:
                 self._committing[partition] = asyncio.ensure_future(
                     self._commit_partition(step, partition)
@@ -562,7 +596,7 @@ class WorkflowEngine:
     # ---- outputs ------------------------------------------------------------------------
 
     def _forward(self, env: Envelope, step: Step) -> None:
-        nxt = self.definition.next_step(step.name, env.context)
+        nxt = self._definition_of(env).next_step(step.name, env.context)
         if nxt is None:  # only a router ends a workflow; validation makes this unreachable
             raise RuntimeError(f"step {step.name} has no successor")
         env.step, env.attempt, env.not_before = nxt.name, 1, None

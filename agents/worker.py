@@ -8,7 +8,7 @@ import faust
 import mode
 from prometheus_client import generate_latest
 
-from agents.definition import load_definition
+from agents.definition import load_definition, load_earlier_versions
 from agents.engine import Dependencies, WorkflowEngine
 from feature_jobs.reader import OnlineFeatureReader
 from feature_jobs.views import VIEWS
@@ -23,15 +23,17 @@ log = logging.getLogger(__name__)
 
 def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
     definition = load_definition(settings.workflow_file)
+    # earlier versions, kept so that tickets started on them finish on them
+    earlier = load_earlier_versions(definition, settings.workflow_file.parent / "archive")
     app = create_app(settings)
     deps = Dependencies(
         gateway=GatewayClient(settings.gateway_url),
         features=OnlineFeatureReader(settings.redis_url, VIEWS),
     )
-    engine = WorkflowEngine(app, definition, settings, deps)
+    engine = WorkflowEngine(app, definition, settings, deps, earlier)
     engine.build()
     # our topics get their partition counts and configs before Faust would auto-create them
-    steps = [s.name for s in definition.steps[1:]]
+    steps = [s.name for s in engine._later_steps()]
     ensure_topics(
         settings, pipeline_topics(Topics(settings.topic_prefix), steps, definition.routes)
     )

@@ -30,6 +30,8 @@ class RetryPolicy(BaseModel):
         return int(self.backoff_ms * self.multiplier ** max(0, attempt - 2))
 
 
+# the gateway's retryable error codes; INVALID_INPUT and INTERNAL are never retried
+RetryableCode = Literal["OVERLOADED", "TIMEOUT", "MODEL_UNAVAILABLE"]
 Op = Literal["eq", "ne", "lt", "le", "gt", "ge", "in", "not_in"]
 _MISSING = object()
 
@@ -102,6 +104,8 @@ class Step(BaseModel):
     routes: list[str] = Field(default_factory=list)
     timeout_ms: int | None = Field(None, ge=1, le=60_000)
     retry: RetryPolicy | None = None
+    # per error class, overriding `retry` (e.g. wait longer on OVERLOADED than on TIMEOUT)
+    retry_on: dict[RetryableCode, RetryPolicy] = Field(default_factory=dict)
     # rule_engine: confidence below this sends the ticket to manual review
     threshold: float = Field(0.5, ge=0.0, le=1.0)
     # what follows: a step name, or branches tried in order (the last without `when`);
@@ -128,6 +132,9 @@ class Step(BaseModel):
             )
         return self
 
+    def policy_for(self, code: str) -> RetryPolicy | None:
+        return self.retry_on.get(code, self.retry)  # type: ignore[call-overload]
+
     def targets(self) -> list[str]:
         if self.next is None:
             return []
@@ -149,6 +156,9 @@ class WorkflowDefinition(BaseModel):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"steps: duplicate step names {dupes}")
+        routers = [s.name for s in self.steps if s.type == "router"]
+        if len(routers) != 1:  # one router: one completion ledger keeps results single
+            raise ValueError(f"steps: a workflow has exactly one router, found {routers}")
         if self.steps[0].type != "validator":
             raise ValueError("steps[0]: the first step must be of type validator")
         for s in self.steps:

@@ -253,11 +253,16 @@ async def _with_background(
     stop = asyncio.Event()
     task = asyncio.ensure_future(job(stop))
     await asyncio.sleep(3)  # consumers joined
+    measuring = asyncio.ensure_future(body())
     try:
-        return await body()
+        await asyncio.wait({task, measuring}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done() and task.exception() is not None:  # the variant died: say why
+            measuring.cancel()
+            raise task.exception()
+        return await measuring
     finally:
         stop.set()
-        await task
+        await asyncio.gather(task, return_exceptions=True)
 
 
 # ---- the whole benchmark ---------------------------------------------------------------------
@@ -304,8 +309,16 @@ def _step_breakdown(values: list[bytes]) -> dict[str, float]:
 def bench_pipeline(tickets: int = 2000, out: Path = Path("bench/results")) -> None:
     """Raw Kafka relay vs naive consumer vs ticketflow: throughput, latency, steps."""
     from streams.settings import get_settings
+    from ticketflow import stack
 
-    variants = asyncio.run(_bench(get_settings(), tickets))
+    settings = get_settings()
+    stack.up(settings)
+    gateway = None if services.gateway_ready(settings) else services.start_gateway(settings)
+    try:
+        variants = asyncio.run(_bench(settings, tickets))
+    finally:
+        if gateway is not None:
+            gateway.stop()
     _report(variants, out)
 
 

@@ -88,10 +88,13 @@ class InferenceStep(Handler):
     """
 
     def __init__(
-        self, client: GatewayClient, deadline_ms: int, breaker: CircuitBreaker | None = None
+        self,
+        client: GatewayClient,
+        deadline_ms: Callable[[Envelope], int],
+        breaker: CircuitBreaker | None = None,
     ) -> None:
         self._client = client
-        self._deadline_ms = deadline_ms
+        self._deadline_ms = deadline_ms  # of the ticket's own workflow version
         self.breaker = breaker or CircuitBreaker("inference_gateway")
 
     async def run(self, env: Envelope, step: Step) -> None:
@@ -124,7 +127,7 @@ class InferenceStep(Handler):
         timeout = step.timeout_ms or 300
         if env.context.deadline_passed:
             return timeout
-        return min(timeout, remaining_ms(env, self._deadline_ms))
+        return min(timeout, remaining_ms(env, self._deadline_ms(env)))
 
     async def _predict(self, env: Envelope, step: Step) -> PredictResponse:
         budget_ms = self._budget(env, step)

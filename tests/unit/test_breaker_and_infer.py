@@ -83,13 +83,17 @@ def envelope(tid: str, age_ms: float = 0) -> Envelope:
     )
 
 
+def DEADLINE(_env) -> int:
+    return 2000
+
+
 STEP = Step(name="infer", type="inference_call", model="ticket_classifier", timeout_ms=300)
 
 
 async def test_each_ticket_is_its_own_request_so_canaries_stay_sticky():
     gw = FakeGateway()
     envs = [envelope("a"), envelope("b")]
-    outcomes = await InferenceStep(gw, 2000).run_batch(envs, STEP)
+    outcomes = await InferenceStep(gw, DEADLINE).run_batch(envs, STEP)
     assert outcomes == [None, None]
     assert sorted(gw.calls) == [["a"], ["b"]]
     assert envs[0].context.prediction.model_version == "v1"
@@ -106,7 +110,7 @@ async def test_each_ticket_is_its_own_request_so_canaries_stay_sticky():
 )
 async def test_gateway_errors_map_to_dead_letter_or_retry(code, expected):
     env = envelope("a")
-    [outcome] = await InferenceStep(FakeGateway(GatewayError(code, "x")), 2000).run_batch(
+    [outcome] = await InferenceStep(FakeGateway(GatewayError(code, "x")), DEADLINE).run_batch(
         [env], STEP
     )
     assert isinstance(outcome, expected)
@@ -117,14 +121,14 @@ async def test_gateway_errors_map_to_dead_letter_or_retry(code, expected):
 async def test_internal_error_degrades_at_once():
     env = envelope("a")
     [outcome] = await InferenceStep(
-        FakeGateway(GatewayError(ErrorCode.INTERNAL, "boom")), 2000
+        FakeGateway(GatewayError(ErrorCode.INTERNAL, "boom")), DEADLINE
     ).run_batch([env], STEP)
     assert outcome is None and env.context.degraded and "INTERNAL" in env.context.degraded_reason
 
 
 async def test_open_breaker_degrades_without_calling():
     gw = FakeGateway()
-    step = InferenceStep(gw, 2000, CircuitBreaker("t", min_calls=1))
+    step = InferenceStep(gw, DEADLINE, CircuitBreaker("t", min_calls=1))
     step.breaker.record(ok=False)
     env = envelope("a")
     await step.run_batch([env], STEP)
@@ -135,5 +139,5 @@ async def test_past_the_deadline_one_call_still_gives_advice():
     gw = FakeGateway()
     env = envelope("a", age_ms=5000)
     env.context.degraded, env.context.deadline_passed = True, True
-    await InferenceStep(gw, 2000).run_batch([env], STEP)
+    await InferenceStep(gw, DEADLINE).run_batch([env], STEP)
     assert gw.calls == [["a"]] and env.context.prediction is not None

@@ -118,3 +118,40 @@ def test_a_step_can_branch_on_the_context():
 def test_bad_branches_are_refused(next_, message):
     with pytest.raises(DefinitionError, match=message):
         parse_definition(branching(next_))
+
+
+def test_retry_policies_per_error_class():
+    data = base()
+    data["steps"][3]["retry_on"] = {"OVERLOADED": {"max_attempts": 5, "backoff_ms": 400}}
+    infer = parse_definition(data).step("infer")
+    assert infer.policy_for("OVERLOADED").max_attempts == 5
+    assert infer.policy_for("TIMEOUT").max_attempts == 3  # falls back to `retry`
+    data["steps"][3]["retry_on"] = {"INVALID_INPUT": {"max_attempts": 2}}
+    with pytest.raises(DefinitionError, match="retry_on"):
+        parse_definition(data)
+
+
+def test_earlier_versions_are_loaded_for_tickets_in_flight(tmp_path):
+    from agents.definition import load_earlier_versions
+
+    current = load_definition(DEFAULT)
+    old = base()
+    old["version"] = 1
+    newer = base()
+    newer["version"] = 2
+    newer_def = parse_definition(newer)
+    (tmp_path / "v1.yaml").write_text(yaml.safe_dump(old))
+    assert load_earlier_versions(newer_def, tmp_path)[0].version == 1
+    assert load_earlier_versions(current, tmp_path) == []  # not earlier than itself
+    old["steps"][4]["type"] = "processor"
+    old["steps"][4]["handler"] = "text_cleaner"
+    (tmp_path / "v1.yaml").write_text(yaml.safe_dump(old))
+    with pytest.raises(DefinitionError, match=r"steps\.rules\.type"):
+        load_earlier_versions(newer_def, tmp_path)
+
+
+def test_one_router_only():
+    data = base()
+    data["steps"].insert(5, {"name": "route2", "type": "router", "routes": ["manual_review"]})
+    with pytest.raises(DefinitionError, match="exactly one router"):
+        parse_definition(data)
