@@ -33,7 +33,7 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
     engine = WorkflowEngine(app, definition, settings, deps, earlier)
     engine.build()
     # our topics get their partition counts and configs before Faust would auto-create them
-    steps = [s.name for s in engine._later_steps()]
+    steps = [s.name for s in engine.later_steps()]
     ensure_topics(
         settings, pipeline_topics(Topics(settings.topic_prefix), steps, definition.routes)
     )

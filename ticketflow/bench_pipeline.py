@@ -284,9 +284,10 @@ async def _bench(settings: Settings, n: int) -> list[Variant]:
             lambda stop: _naive(settings, naive_in, naive_out, stop),
             lambda: _measure(settings, b, naive_in, [naive_out], max(200, n // 5), run, progress),
         )
-        env = {"TICKETFLOW_TOPIC_PREFIX": topics.prefix, "TICKETFLOW_WORKER_WEB_PORT": "6366"}
+        port = services.free_port()
+        env = {"TICKETFLOW_TOPIC_PREFIX": topics.prefix, "TICKETFLOW_WORKER_WEB_PORT": str(port)}
         worker_settings = settings.model_copy(
-            update={"topic_prefix": topics.prefix, "worker_web_port": 6366}
+            update={"topic_prefix": topics.prefix, "worker_web_port": port}
         )
         worker = services.start_worker(worker_settings, env, log_name=f"bench-worker-{run}")
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -33,6 +34,13 @@ class Service:
     def kill(self) -> None:
         self.process.kill()
         self.process.wait(10)
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (for a test's or benchmark's own worker)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def http_ok(url: str, timeout_s: float = 1.0) -> bool:

@@ -23,7 +23,10 @@ RUN = uuid.uuid4().hex[:8]
 @pytest.fixture(scope="session")
 def settings() -> Settings:
     prefix = f"it{RUN}."
-    env = {"TICKETFLOW_TOPIC_PREFIX": prefix, "TICKETFLOW_WORKER_WEB_PORT": "6166"}
+    env = {
+        "TICKETFLOW_TOPIC_PREFIX": prefix,
+        "TICKETFLOW_WORKER_WEB_PORT": str(services.free_port()),
+    }
     os.environ.update(env)
     return Settings()
 

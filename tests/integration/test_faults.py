@@ -28,7 +28,7 @@ class PrivatePipeline:
     def __init__(self) -> None:
         self.env = {
             "TICKETFLOW_TOPIC_PREFIX": f"f{uuid.uuid4().hex[:8]}.",
-            "TICKETFLOW_WORKER_WEB_PORT": "6266",
+            "TICKETFLOW_WORKER_WEB_PORT": str(services.free_port()),
         }
         self.settings = Settings(
             **{k.removeprefix("TICKETFLOW_").lower(): v for k, v in self.env.items()}
