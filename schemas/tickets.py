@@ -39,9 +39,13 @@ class Channel(str, Enum):
 
 
 class Ticket(BaseModel):
-    """What producers publish to `tickets.in`, keyed by `ticket_id`."""
+    """What producers publish to `tickets.in`, keyed by `ticket_id`.
 
-    model_config = ConfigDict(extra="forbid")
+    Unknown fields are ignored, not refused: producers may add fields before consumers
+    know them (forward compatibility); what the workflow needs is validated strictly.
+    """
+
+    model_config = ConfigDict(extra="ignore")
 
     ticket_id: TicketId
     text: Annotated[str, StringConstraints(min_length=1, max_length=20_000)]
