@@ -144,3 +144,23 @@ def _metrics(env: dict[str, str]) -> str:
             return resp.read().decode()
     except OSError:
         return ""
+
+
+def test_redis_outage_serves_fallbacks_and_tickets_still_complete(pipeline):
+    batch = tickets(300, "red", seed=45)
+    stack.stop_part(pipeline.settings, "redis")
+    try:
+        pipeline.publish(batch, rate=50)
+        records = pipeline.results_for(batch, 120)
+    finally:
+        stack.start_part(pipeline.settings, "redis")
+    assert_exactly_once(batch, records)
+    results = [orjson.loads(m.value()) for m in records]
+    assert all(f["is_fallback"] for r in results for f in r["features"].values())
+    assert all(r["model_version"] is not None for r in results), "features down stopped inference"
+    coverage = [
+        line
+        for line in _metrics(pipeline.env).splitlines()
+        if line.startswith("feature_coverage_ratio{")
+    ]
+    assert coverage and all(float(line.rsplit(" ", 1)[1]) < 1.0 for line in coverage)
