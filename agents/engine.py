@@ -127,11 +127,10 @@ class WorkflowEngine:
         self.topics = Topics(settings.topic_prefix)
         self.deps = deps
         self.state = app.Table("ticket_state", default=None, partitions=settings.partitions)
-        self.inference = InferenceStep(deps.gateway, self._deadline_ms)
         self.handlers: dict[str, Handler] = {
             "processor": ProcessorStep(),
             "feature_lookup": FeatureLookupStep(deps.features),
-            "inference_call": self.inference,
+            "inference_call": InferenceStep(deps.gateway, self._deadline_ms),
             "rule_engine": RuleEngineStep(),
         }
         self.producer = AsyncProducer(settings.kafka_bootstrap)
@@ -143,6 +142,7 @@ class WorkflowEngine:
         self._committing: dict[int, asyncio.Future] = {}
         self._warming: set[asyncio.Future] = set()
         self._router = next(s for s in definition.steps if s.type == "router")
+        self._route_topic = self.topics.step(self._router.name)
 
     # ---- wiring -------------------------------------------------------------------------
 
@@ -207,17 +207,15 @@ class WorkflowEngine:
             producer.close()
 
     def _owns(self, partition: int) -> bool:
-        route_topic = self.topics.step(self._router.name)
         return any(
-            tp.topic == route_topic and tp.partition == partition
+            tp.topic == self._route_topic and tp.partition == partition
             for tp in self.app.consumer.assignment()
         )
 
     async def _on_assigned(self, app: faust.App, assigned: set, **_: Any) -> None:
         """Fence the last owner and load the ledger now, not when the first ticket waits."""
-        route_topic = self.topics.step(self._router.name)
         for tp in assigned:
-            if tp.topic == route_topic:
+            if tp.topic == self._route_topic:
                 task = asyncio.ensure_future(self._owned(tp.partition))
                 self._warming.add(task)
                 task.add_done_callback(self._warmed)
@@ -228,9 +226,8 @@ class WorkflowEngine:
             log.warning("route partition warm-up failed: %r", task.exception())
 
     async def _on_revoked(self, app: faust.App, revoked: set, **_: Any) -> None:
-        route_topic = self.topics.step(self._router.name)
         for tp in revoked:
-            if tp.topic == route_topic:  # the next owner fences this producer: let it go
+            if tp.topic == self._route_topic:  # the next owner fences this producer: let it go
                 committing = self._committing.get(tp.partition)
                 if committing is not None:  # let an open transaction finish first
                     await asyncio.wait([committing], timeout=30)

@@ -55,6 +55,7 @@ class Variant:
     max_per_s: float = 0.0
     latency_ms: dict[str, dict[str, float]] = field(default_factory=dict)
     steps_ms: dict[str, float] = field(default_factory=dict)
+    recovery: dict[str, float] = field(default_factory=dict)
 
 
 def _tickets(n: int, run: str) -> list[tuple[bytes, bytes]]:
@@ -290,13 +291,99 @@ async def _bench(settings: Settings, n: int) -> list[Variant]:
             update={"topic_prefix": topics.prefix, "worker_web_port": port}
         )
         worker = services.start_worker(worker_settings, env, log_name=f"bench-worker-{run}")
+        outs = [topics.out(r) for r in ("auto_classify", "manual_review", "after_sales")]
         try:
-            outs = [topics.out(r) for r in ("auto_classify", "manual_review", "after_sales")]
             values = await _measure(settings, c, topics.tickets_in, outs, n, run, progress)
+            task = progress.add_task("ticketflow: SIGKILL and recovery", total=None)
+            worker, c.recovery = await _recovery(
+                settings, worker_settings, env, worker, outs, c.max_per_s * 0.5, run
+            )
+            progress.update(task, completed=1, total=1)
         finally:
             worker.stop()
     c.steps_ms = _step_breakdown(values)
     return [a, b, c]
+
+
+async def _recovery(
+    settings: Settings,
+    worker_settings: Settings,
+    env: dict[str, str],
+    worker: services.Service,
+    sinks: list[str],
+    rate: float,
+    run: str,
+) -> tuple[services.Service, dict[str, float]]:
+    """SIGKILL the worker under steady load, start another: how long until results flow
+    again, and how fast its table came back from the changelog."""
+    topics = Topics(worker_settings.topic_prefix)
+    consumer = AIOKafkaConsumer(
+        *sinks,
+        bootstrap_servers=settings.kafka_bootstrap,
+        group_id=f"bench-rec-{run}",
+        auto_offset_reset="latest",
+        isolation_level="read_committed",
+    )
+    await consumer.start()
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, linger_ms=2)
+    await producer.start()
+    records = _tickets(int(rate * 40) + 100, f"{run}-rec")
+    stop = asyncio.Event()
+
+    async def feed() -> None:
+        start = time.monotonic()
+        for i, (key, value) in enumerate(records):
+            if stop.is_set():
+                break
+            if (ahead := i / rate - (time.monotonic() - start)) > 0:
+                await asyncio.sleep(ahead)
+            await producer.send(topics.tickets_in, key=key, value=value)
+
+    feeder = asyncio.ensure_future(feed())
+    try:
+        await asyncio.sleep(5)  # steady state
+        worker.kill()
+        killed = time.monotonic()
+        started = time.monotonic()
+        worker = await asyncio.to_thread(
+            services.start_worker, worker_settings, env, f"bench-worker-{run}-2"
+        )
+        ready_s = time.monotonic() - started
+        await consumer.seek_to_end()
+        flowing_s = float("nan")
+        for _ in range(300):  # results from the new worker: tickets flow again
+            if any((await consumer.getmany(timeout_ms=100)).values()):
+                flowing_s = time.monotonic() - killed
+                break
+    finally:
+        stop.set()
+        await feeder
+        await producer.stop()
+        await consumer.stop()
+    changelog = f"{worker_settings.topic_prefix}ticketflow-ticket_state-changelog"
+    restored = await asyncio.to_thread(_topic_size, settings, changelog)
+    return worker, {
+        "flowing_again_s": round(flowing_s, 2),
+        "worker_ready_s": round(ready_s, 2),
+        "changelog_records": restored,
+        "restore_records_per_s": round(restored / ready_s, 1) if ready_s else 0.0,
+    }
+
+
+def _topic_size(settings: Settings, topic: str) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "bench-size"})
+    try:
+        meta = c.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return 0
+        marks = [
+            c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in meta.partitions
+        ]
+        return sum(high - low for low, high in marks)
+    finally:
+        c.close()
 
 
 def _step_breakdown(values: list[bytes]) -> dict[str, float]:
@@ -338,6 +425,7 @@ def _report(variants: list[Variant], out: Path) -> None:
     }
     console.print(f"(c)/(a) = {ratios['c_over_a']}   (c)/(b) = {ratios['c_over_b']}")
     console.print(f"ticketflow per-step mean latency (ms): {c.steps_ms}")
+    console.print(f"ticketflow recovery after SIGKILL: {c.recovery}")
     out.mkdir(parents=True, exist_ok=True)
     report = {"variants": [v.__dict__ for v in variants], "ratios": ratios}
     (out / "pipeline.json").write_text(json.dumps(report, indent=2))
