@@ -18,7 +18,7 @@ def create_app(settings: Settings, app_id: str = "ticketflow", **overrides: Any)
         "topic_replication_factor": 1,
         "web_port": settings.worker_web_port,
         "web_host": "127.0.0.1",
-        "web_bind": "127.0.0.1",  # loopback unless deployed otherwise (TICKETFLOW_WEB_BIND)
+        "web_bind": settings.web_bind,
         "web_in_thread": False,
         # steps are at-least-once; the router's ledger transaction makes results exactly
         # once (agents/completion.py). Faust's own exactly_once mode puts every hop behind

@@ -29,6 +29,8 @@ class Settings(BaseSettings):
     state_dir: Path = REPO_ROOT / ".stack"
     # the Faust worker's web port (table views, /metrics); 0 picks a free one
     worker_web_port: int = 6066
+    # where the worker's web server listens: loopback here, 0.0.0.0 in a container
+    web_bind: str = "127.0.0.1"
     max_record_bytes: int = 64 * 1024
     # a dead letter that fails again after this many replays goes to tickets.dlq.parked
     max_replays: int = Field(3, ge=1, le=100)
