@@ -86,17 +86,8 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 # ---- measuring a variant ----------------------------------------------------------------------
 
 
-async def _run_load(
-    settings: Settings,
-    source: str,
-    sinks: list[str],
-    records: list[tuple[bytes, bytes]],
-    rate: float | None,
-) -> tuple[float, list[float], list[bytes]]:
-    """Publish `records` (at `rate`, or all at once) and wait for as many on `sinks`.
-
-    Returns the throughput, the end-to-end latencies in ms and the results' values.
-    """
+async def _results_consumer(settings: Settings, sinks: list[str]) -> AIOKafkaConsumer:
+    """A read_committed consumer of `sinks`, assigned and at their end."""
     consumer = AIOKafkaConsumer(
         *sinks,
         bootstrap_servers=settings.kafka_bootstrap,
@@ -110,6 +101,45 @@ async def _run_load(
             break
         await asyncio.sleep(0.05)
     await consumer.seek_to_end()
+    return consumer
+
+
+async def _feed(
+    producer: AIOKafkaProducer,
+    topic: str,
+    records: list[tuple[bytes, bytes]],
+    rate: float | None,
+    sent: dict[bytes, float] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Publish open-loop at `rate` a second (or as fast as possible), noting send times."""
+    start = time.monotonic()
+    for i, (key, value) in enumerate(records):
+        if stop is not None and stop.is_set():
+            break
+        if rate and (ahead := i / rate - (time.monotonic() - start)) > 0:
+            await asyncio.sleep(ahead)
+        if sent is not None:
+            sent[key] = time.monotonic()
+        await producer.send(topic, key=key, value=value)
+    await producer.flush()
+
+
+# ---- running a variant ----------------------------------------------------------------------
+
+
+async def _run_load(
+    settings: Settings,
+    source: str,
+    sinks: list[str],
+    records: list[tuple[bytes, bytes]],
+    rate: float | None,
+) -> tuple[float, list[float], list[bytes]]:
+    """Publish `records` (at `rate`, or all at once) and wait for as many on `sinks`.
+
+    Returns the throughput, the end-to-end latencies in ms and the results' values.
+    """
+    consumer = await _results_consumer(settings, sinks)
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, linger_ms=2)
     await producer.start()
     first = time.monotonic()
@@ -117,15 +147,7 @@ async def _run_load(
     values: list[bytes] = []
     sent: dict[bytes, float] = {}
 
-    async def feed() -> None:
-        for i, (key, value) in enumerate(records):
-            if rate and (ahead := i / rate - (time.monotonic() - first)) > 0:
-                await asyncio.sleep(ahead)
-            sent[key] = time.monotonic()
-            await producer.send(source, key=key, value=value)
-        await producer.flush()
-
-    feeder = asyncio.ensure_future(feed())
+    feeder = asyncio.ensure_future(_feed(producer, source, records, rate, sent=sent))
     deadline = time.monotonic() + 120 + len(records) / max(rate or 1000, 1)
     try:
         while len(values) < len(records) and time.monotonic() < deadline:
@@ -317,38 +339,20 @@ async def _recovery(
     """SIGKILL the worker under steady load, start another: how long until results flow
     again, and how fast its table came back from the changelog."""
     topics = Topics(worker_settings.topic_prefix)
-    consumer = AIOKafkaConsumer(
-        *sinks,
-        bootstrap_servers=settings.kafka_bootstrap,
-        group_id=f"bench-rec-{run}",
-        auto_offset_reset="latest",
-        isolation_level="read_committed",
-    )
-    await consumer.start()
+    consumer = await _results_consumer(settings, sinks)
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, linger_ms=2)
     await producer.start()
     records = _tickets(int(rate * 40) + 100, f"{run}-rec")
     stop = asyncio.Event()
-
-    async def feed() -> None:
-        start = time.monotonic()
-        for i, (key, value) in enumerate(records):
-            if stop.is_set():
-                break
-            if (ahead := i / rate - (time.monotonic() - start)) > 0:
-                await asyncio.sleep(ahead)
-            await producer.send(topics.tickets_in, key=key, value=value)
-
-    feeder = asyncio.ensure_future(feed())
+    feeder = asyncio.ensure_future(_feed(producer, topics.tickets_in, records, rate, stop=stop))
     try:
         await asyncio.sleep(5)  # steady state
         worker.kill()
         killed = time.monotonic()
-        started = time.monotonic()
         worker = await asyncio.to_thread(
             services.start_worker, worker_settings, env, f"bench-worker-{run}-2"
         )
-        ready_s = time.monotonic() - started
+        ready_s = time.monotonic() - killed  # a new process, its table restored
         await consumer.seek_to_end()
         flowing_s = float("nan")
         for _ in range(300):  # results from the new worker: tickets flow again
