@@ -451,6 +451,7 @@ def _plot(variants: list[Variant], path: Path) -> None:
     left.set(
         xlabel="offered load (tickets/s)",
         ylabel="end-to-end latency (ms)",
+        xscale="log",
         yscale="log",
         title="latency against offered load",
     )
