@@ -41,10 +41,15 @@ class CircuitBreaker:
         self._probing = False
         self._publish()
 
-    def allow(self) -> bool:
-        """May a call go out now? In half-open, only one probe at a time."""
+    def refresh(self) -> None:
+        """Move from open to half-open once the cool-down is over, calls or not (so the
+        state metric tells the truth while no ticket arrives)."""
         if self.state == State.OPEN and self._clock() - self._opened_at >= self.cooldown_s:
             self._move(State.HALF_OPEN)
+
+    def allow(self) -> bool:
+        """May a call go out now? In half-open, only one probe at a time."""
+        self.refresh()
         if self.state == State.OPEN:
             return False
         if self.state == State.HALF_OPEN:

@@ -127,10 +127,12 @@ class WorkflowEngine:
         self.topics = Topics(settings.topic_prefix)
         self.deps = deps
         self.state = app.Table("ticket_state", default=None, partitions=settings.partitions)
+        inference = InferenceStep(deps.gateway, self._deadline_ms)
+        self.breaker = inference.breaker
         self.handlers: dict[str, Handler] = {
             "processor": ProcessorStep(),
             "feature_lookup": FeatureLookupStep(deps.features),
-            "inference_call": InferenceStep(deps.gateway, self._deadline_ms),
+            "inference_call": inference,
             "rule_engine": RuleEngineStep(),
         }
         self.producer = AsyncProducer(settings.kafka_bootstrap)

@@ -38,6 +38,10 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
         settings, pipeline_topics(Topics(settings.topic_prefix), steps, definition.routes)
     )
 
+    @app.timer(1.0)
+    async def _breaker_clock() -> None:
+        engine.breaker.refresh()
+
     @app.page("/metrics")
     async def _metrics(web, request):
         # aiohttp refuses a charset inside content_type; Prometheus reads this one fine

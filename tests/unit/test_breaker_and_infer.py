@@ -141,3 +141,12 @@ async def test_past_the_deadline_one_call_still_gives_advice():
     env.context.degraded, env.context.deadline_passed = True, True
     await InferenceStep(gw, DEADLINE).run_batch([env], STEP)
     assert gw.calls == [["a"]] and env.context.prediction is not None
+
+
+def test_an_idle_open_breaker_reports_half_open_after_its_cooldown():
+    clock = Clock()
+    b = CircuitBreaker("t", min_calls=1, cooldown_s=5, clock=clock)
+    b.record(ok=False)
+    clock.now += 5
+    b.refresh()
+    assert b.state == State.HALF_OPEN
