@@ -39,6 +39,7 @@ class CircuitBreaker:
         self.state = State.CLOSED
         self._opened_at = 0.0
         self._probing = False
+        self._probe_at = 0.0
         self._publish()
 
     def refresh(self) -> None:
@@ -53,9 +54,9 @@ class CircuitBreaker:
         if self.state == State.OPEN:
             return False
         if self.state == State.HALF_OPEN:
-            if self._probing:
-                return False
-            self._probing = True
+            if self._probing and self._clock() - self._probe_at < self.cooldown_s:
+                return False  # one probe at a time (a lost one is replaced after a cool-down)
+            self._probing, self._probe_at = True, self._clock()
         return True
 
     def record(self, ok: bool, n: int = 1) -> None:

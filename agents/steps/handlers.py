@@ -113,6 +113,9 @@ class InferenceStep(Handler):
             if failure is not None:
                 raise failure from exc
             return
+        except BaseException:  # whatever ends the call must count, or a probe never returns
+            self.breaker.record(ok=False)
+            raise
         self.breaker.record(ok=True)
         out = resp.outputs[0]
         env.context.prediction = Prediction(

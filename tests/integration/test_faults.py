@@ -125,7 +125,9 @@ def test_triton_outage_opens_the_breaker_degrades_and_recovers(pipeline):
     assert reasons["CIRCUIT_OPEN"] > 0, reasons
     degraded = [r for r in results if r["degraded"]]
     assert all(r["route"] in {"manual_review", "after_sales"} for r in degraded)
-    # Triton is back: the breaker leaves "open", its probe succeeds, tickets classify again
+    # Triton is back (and the gateway's channel to it reconnected): the breaker's probe
+    # succeeds and tickets classify again
+    wait_for(lambda: services.gateway_ready(pipeline.settings), 90, "the gateway to be ready")
     wait_for(lambda: _breaker(pipeline.env) != 2.0, 30, "the breaker to half-open")
     after = tickets(200, "tri-after", seed=46)
     pipeline.publish(after, rate=20)

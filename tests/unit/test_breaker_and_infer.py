@@ -150,3 +150,14 @@ def test_an_idle_open_breaker_reports_half_open_after_its_cooldown():
     clock.now += 5
     b.refresh()
     assert b.state == State.HALF_OPEN
+
+
+def test_a_lost_probe_is_replaced_after_a_cooldown():
+    clock = Clock()
+    b = CircuitBreaker("t", min_calls=1, cooldown_s=5, clock=clock)
+    b.record(ok=False)
+    clock.now += 5
+    assert b.allow()  # the probe, which never reports back
+    assert not b.allow()
+    clock.now += 5
+    assert b.allow()
