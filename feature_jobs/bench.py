@@ -270,18 +270,12 @@ def _delete_prefix(client, key_prefix: str) -> None:
 
 def _cleanup(settings: Settings, topic_prefix: str, key_prefix: str, group_prefix: str) -> None:
     import redis
-    from confluent_kafka.admin import AdminClient
+
+    from streams.admin import delete_prefixed
 
     host, port = settings.redis_host_port
     _delete_prefix(redis.Redis(host=host, port=port, db=BENCH_DB), key_prefix)
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
-    topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(topic_prefix)]
-    if topics:
-        admin.delete_topics(topics)
-    groups = [g.group_id for g in admin.list_consumer_groups().result().valid]
-    ours = [g for g in groups if g.startswith(group_prefix)]
-    if ours:
-        admin.delete_consumer_groups(ours)
+    delete_prefixed(settings, topic_prefix, group_prefix)
 
 
 def _produce(settings: Settings, source: str, events: int, entities: int) -> None:

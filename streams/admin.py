@@ -44,3 +44,15 @@ def ensure_topics(settings: Settings, wanted: dict[str, dict], timeout_s: float 
             if "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise
     return [t.topic for t in new]
+
+
+def delete_prefixed(settings: Settings, topic_prefix: str, group_prefix: str) -> None:
+    """Delete the topics and consumer groups a run left behind (benchmarks, tests)."""
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(topic_prefix)]
+    if topics:
+        admin.delete_topics(topics)
+    groups = [g.group_id for g in admin.list_consumer_groups().result().valid]
+    ours = [g for g in groups if g.startswith(group_prefix)]
+    if ours:
+        admin.delete_consumer_groups(ours)

@@ -167,17 +167,33 @@ def consume(
 @app.command()
 def status(ticket_id: str) -> None:
     """Where a ticket is: its state from the workers' table."""
-    s = _settings()
-    url = f"http://127.0.0.1:{s.worker_web_port}/ticket/{ticket_id}"
     try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            console.print_json(resp.read().decode())
+        state = _ticket_state(ticket_id)
     except urllib.error.HTTPError as exc:
         console.print(f"[red]{exc.read().decode() or exc}[/]")
         raise typer.Exit(1) from exc
     except OSError as exc:
-        console.print(f"[red]no worker answers on {url}: {exc}[/]")
+        console.print(f"[red]no worker answers on {_ticket_url(ticket_id)}: {exc}[/]")
         raise typer.Exit(2) from exc
+    if state is None:
+        console.print(f"[red]unknown ticket {ticket_id!r}[/]")
+        raise typer.Exit(1)
+    console.print_json(orjson.dumps(state).decode())
+
+
+def _ticket_url(ticket_id: str) -> str:
+    return f"http://127.0.0.1:{_settings().worker_web_port}/ticket/{ticket_id}"
+
+
+def _ticket_state(ticket_id: str) -> dict | None:
+    """The ticket's state from the worker that owns it; None for an unknown ticket."""
+    try:
+        with urllib.request.urlopen(_ticket_url(ticket_id), timeout=5) as resp:
+            return orjson.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
 
 
 # ---- dead letters ---------------------------------------------------------------------------
@@ -271,18 +287,6 @@ def dlq_replay(
 
 review_app = typer.Typer(help="Human review of tickets in manual_review.", no_args_is_help=True)
 app.add_typer(review_app, name="review")
-
-
-def _ticket_state(ticket_id: str) -> dict | None:
-    s = _settings()
-    url = f"http://127.0.0.1:{s.worker_web_port}/ticket/{ticket_id}"
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return orjson.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None
-        raise
 
 
 @review_app.command("decide")

@@ -32,6 +32,7 @@ from feature_jobs.reader import OnlineFeatureReader, SignatureMismatch
 from feature_jobs.settings import FeatureSettings
 from feature_jobs.store import ViewKeys, materialize
 from feature_jobs.views import VIEWS_FILE, load_views
+from streams.admin import delete_prefixed
 from streams.settings import REPO_ROOT, Settings
 from tests.integration.test_features_store import (
     assert_same,
@@ -137,14 +138,7 @@ def env(tmp_path_factory):
     keys = list(client.scan_iter(match=f"{key_prefix}:*", count=1000))
     for i in range(0, len(keys), 500):
         client.delete(*keys[i : i + 500])
-    group_prefix = f"{topic_prefix}ticketflow-features"
-    topics = [t for t in admin.list_topics(timeout=5).topics if t.startswith(topic_prefix)]
-    if topics:
-        admin.delete_topics(topics)
-    groups = [g.group_id for g in admin.list_consumer_groups().result().valid]
-    ours = [g for g in groups if g.startswith(group_prefix)]
-    if ours:
-        admin.delete_consumer_groups(ours)
+    delete_prefixed(settings, topic_prefix, f"{topic_prefix}ticketflow-features")
 
 
 def produce(settings: Settings, topic: str, records: list[dict]) -> None:
