@@ -74,7 +74,8 @@ class GatewayClient:
         *,
         headers: Mapping[str, str] | None = None,
     ) -> PredictResponse:
-        """Classify `inputs` with `model`; `version` pins one, else the routing config picks.
+        """Classify `inputs` with `model`; `version` pins one, else the routing config picks
+        per input (each output's `version` says which answered it).
 
         `headers` travel with the request (a W3C `traceparent`, say).
         """

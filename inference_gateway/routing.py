@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import zlib
+from collections.abc import Sequence
 
 from inference_gateway import metrics
 from inference_gateway.errors import ErrorCode, GatewayError
@@ -36,13 +37,24 @@ def bucket_of(input_id: str) -> int:
 
 def pick_version(config: RoutingConfig, input_id: str) -> str:
     """The version `config` sends `input_id` to."""
-    bucket = bucket_of(input_id)
-    upper = 0
+    return _pick(_ranges(config), config.default, input_id)
+
+
+def _ranges(config: RoutingConfig) -> list[tuple[int, str]]:
+    """(exclusive upper bucket, version) in version order: each version's bucket range."""
+    ranges, upper = [], 0
     for version in sorted(config.versions, key=_version_order):
         upper += config.versions[version]
+        ranges.append((upper, version))
+    return ranges
+
+
+def _pick(ranges: list[tuple[int, str]], default: str, input_id: str) -> str:
+    bucket = bucket_of(input_id)
+    for upper, version in ranges:
         if bucket < upper:
             return version
-    return config.default  # not reached while the weights sum to 100
+    return default  # not reached while the weights sum to 100
 
 
 def _version_order(version: str) -> tuple[int, str]:
@@ -91,11 +103,19 @@ class Router:
 
     def choose(self, model: str, input_id: str, requested: str | None = None) -> str:
         """The version for `input_id`: an explicit `requested` version wins over the weights."""
+        return self.choose_each(model, [input_id], requested)[0]
+
+    def choose_each(
+        self, model: str, input_ids: Sequence[str], requested: str | None = None
+    ) -> list[str]:
+        """The version of each id, all read from one config (an update mid-request cannot mix
+        two); an explicit `requested` version applies to every id."""
         config = self._configs.get(model)
         if config is None:
             known = ", ".join(self.models) or "none"
             raise GatewayError(ErrorCode.INVALID_INPUT, f"unknown model {model!r} (known: {known})")
         if requested is not None:
             triton_version(requested)
-            return requested
-        return pick_version(config, input_id)
+            return [requested] * len(input_ids)
+        ranges = _ranges(config)  # sorted once, not once per id
+        return [_pick(ranges, config.default, i) for i in input_ids]

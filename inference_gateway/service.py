@@ -4,7 +4,13 @@
 version), created on first use. Its backend is anything with `TritonClient`'s
 `infer`/`ready`/`close`, so the tests run it on a fake.
 
-Each input's text is normalised once (`cache.normalize_text`) and then looked up, in order:
+A request without a pinned `version` is routed per input id: its inputs are split into one
+group per version, the groups go through their versions' batchers concurrently, and the
+outputs come back in the request's order, each naming its `version`. If a group fails, the
+request fails with that group's error (the first failing group's, in request order).
+
+Within a group, each input's text is normalised once (`cache.normalize_text`) and then
+looked up, in order:
 1. the response cache, by (model, version, normalised text): a hit is answered at once;
 2. the same text earlier in the request, or already in flight for another request: it
    shares that computation (`dedupe`); if that one fails for lack of *its* time (TIMEOUT) or
@@ -138,21 +144,55 @@ class InferenceService:
 
     async def _predict(self, model: str, request: PredictRequest) -> dict[str, Any]:
         started = time.perf_counter()
-        # one version per request, chosen by its first input's id: a request's outputs then
-        # share one `version`, and a caller sending one ticket per request is sticky per ticket
-        version = self.router.choose(model, request.inputs[0].id, request.version)
+        # a version per input id, so routing stays sticky per ticket however callers batch
+        # tickets; a pinned `version` applies to every input
+        ids = [item.id for item in request.inputs]
+        groups = version_groups(self.router.choose_each(model, ids, request.version))
         timeout_ms = request.timeout_ms or self.config.default_timeout_ms
         deadline = time.monotonic() + timeout_ms / 1000
         texts = [normalize_text(item.text) for item in request.inputs]
-        batcher = await self._batcher_for(model, version)
-        scores = await self._scores(batcher, texts, deadline)
-        metrics.OUTPUTS.labels(model, version).inc(len(texts))
+        batchers = [await self._batcher_for(model, version) for version in groups]
+        scores = await self._group_scores(batchers, list(groups.values()), texts, deadline)
+        outputs: list[dict[str, Any]] = [{}] * len(texts)  # every slot filled: groups cover all
+        for (version, indices), rows in zip(groups.items(), scores, strict=True):
+            answered = outputs_of([request.inputs[i] for i in indices], rows, version)
+            for i, output in zip(indices, answered, strict=True):
+                outputs[i] = output
+        for version, indices in groups.items():  # counted once the whole request succeeded
+            metrics.OUTPUTS.labels(model, version).inc(len(indices))
         return {
             "model": model,
-            "version": version,
-            "outputs": outputs_of(request.inputs, scores),
+            "version": outputs[0]["version"],  # the first input's (see PredictResponse)
+            "outputs": outputs,
             "latency_ms": round((time.perf_counter() - started) * 1000, 3),
         }
+
+    async def _group_scores(
+        self,
+        batchers: list[DynamicBatcher],
+        groups: list[list[int]],
+        texts: list[str],
+        deadline: float,
+    ) -> list[np.ndarray]:
+        """Each version group's scores, the groups computed concurrently.
+
+        Every group runs to its end (bounded by the shared deadline: no orphaned work, no
+        unretrieved errors); if any failed, the request fails with the error of the first
+        failing group in request order.
+        """
+        if len(groups) == 1:  # the common case: no task to spawn
+            return [await self._scores(batchers[0], texts, deadline)]
+        results = await asyncio.gather(
+            *(
+                self._scores(batcher, [texts[i] for i in indices], deadline)
+                for batcher, indices in zip(batchers, groups, strict=True)
+            ),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return results  # type: ignore[return-value]
 
     async def _scores(
         self, batcher: DynamicBatcher, texts: list[str], deadline: float
@@ -333,8 +373,19 @@ class InferenceService:
         await self.backend.close()
 
 
-def outputs_of(inputs: Sequence[PredictInput], scores: np.ndarray) -> list[dict[str, Any]]:
-    """One `{"id", "label", "confidence", "scores"}` per input, labels in CATEGORIES order."""
+def version_groups(versions: Sequence[str]) -> dict[str, list[int]]:
+    """The input indices of each version, groups in order of their first input."""
+    groups: dict[str, list[int]] = {}
+    for i, version in enumerate(versions):
+        groups.setdefault(version, []).append(i)
+    return groups
+
+
+def outputs_of(
+    inputs: Sequence[PredictInput], scores: np.ndarray, version: str | None = None
+) -> list[dict[str, Any]]:
+    """One `{"id", "label", "confidence", "scores", "version"}` per input, labels in
+    CATEGORIES order; `version` is the one that computed `scores`."""
     if scores.shape != (len(inputs), len(CATEGORIES)) or not np.isfinite(scores).all():
         raise GatewayError(
             ErrorCode.INTERNAL,
@@ -349,6 +400,7 @@ def outputs_of(inputs: Sequence[PredictInput], scores: np.ndarray) -> list[dict[
             "label": CATEGORIES[int(best[i])],
             "confidence": rows[i][int(best[i])],
             "scores": dict(zip(CATEGORIES, rows[i], strict=True)),
+            "version": version,
         }
         for i, item in enumerate(inputs)
     ]

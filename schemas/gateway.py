@@ -29,9 +29,19 @@ class PredictOutput(BaseModel):
     label: str
     confidence: float
     scores: dict[str, float]
+    # the version that computed this output; None from a gateway that predates it
+    version: str | None = None
 
 
 class PredictResponse(BaseModel):
+    """A predict answer; `outputs` are in the request's order.
+
+    Without a pinned version each input is routed by its own id, so outputs of one request
+    may come from different versions: each output's `version` says which. The top-level
+    `version` is the first output's (all outputs' when they share one, always so for a
+    single input or a pinned version).
+    """
+
     model: str
     version: str
     outputs: list[PredictOutput]

@@ -79,12 +79,21 @@ def degrade(env: Envelope, reason: str) -> None:
     env.context.degraded_reason = reason
 
 
-class InferenceStep(Handler):
-    """One gateway call per ticket, all of a batch at once, behind a circuit breaker.
+# inputs per gateway call: a quarter of the gateway's 1,024 per request, so a large poll
+# becomes a few calls whose bodies and answers stay small and can overlap
+MAX_INPUTS_PER_CALL = 256
 
-    One ticket per request keeps canary routing sticky per ticket (the gateway picks a
-    request's version from its first input's id); the gateway merges the concurrent calls
-    of every worker into Triton batches, which is its job.
+
+class InferenceStep(Handler):
+    """One gateway call per batch of tickets (chunks of MAX_INPUTS_PER_CALL), behind a breaker.
+
+    The gateway routes each input by its own id, so canaries stay sticky per ticket however
+    the tickets are batched; one call per batch instead of one per ticket spares the worker
+    and the gateway an HTTP request, its JSON and its batcher entry per ticket (tickets past
+    their workflow deadline, called for advice, go in a call of their own). Each call is
+    checked against the breaker once and recorded once; its budget is the smallest of its
+    tickets'. The gateway refuses a whole request for one bad input (INVALID_INPUT, 400), so
+    such a call is made again one ticket per call, and only the bad ticket is dead-lettered.
     """
 
     def __init__(
@@ -98,33 +107,94 @@ class InferenceStep(Handler):
         self.breaker = breaker or CircuitBreaker("inference_gateway")
 
     async def run(self, env: Envelope, step: Step) -> None:
+        [outcome] = await self.run_batch([env], step)
+        if outcome is not None:
+            raise outcome
+
+    async def run_batch(self, envs: Sequence[Envelope], step: Step) -> Outcomes:
+        outcomes: Outcomes = [None] * len(envs)
         # past its deadline a ticket is degraded, but still gets one call within the step's
         # timeout: reviewers then see the model's advice and the result names its version
-        if env.context.degraded and not env.context.deadline_passed:
-            return
+        todo = [
+            i
+            for i, env in enumerate(envs)
+            if not env.context.degraded or env.context.deadline_passed
+        ]
+        # a ticket past its deadline gets the step's whole timeout (advice only), the others
+        # their deadline's remainder: sharing a call, the advice would get the smallest
+        # remainder and often time out, so the two kinds go in separate calls
+        kinds = [
+            [i for i in todo if not envs[i].context.deadline_passed],
+            [i for i in todo if envs[i].context.deadline_passed],
+        ]
+        chunks = [
+            kind[k : k + MAX_INPUTS_PER_CALL]
+            for kind in kinds
+            for k in range(0, len(kind), MAX_INPUTS_PER_CALL)
+        ]
+        results = await asyncio.gather(
+            *(self._call([envs[i] for i in chunk], step) for chunk in chunks)
+        )
+        for chunk, result in zip(chunks, results, strict=True):
+            for i, outcome in zip(chunk, result, strict=True):
+                outcomes[i] = outcome
+        return outcomes
+
+    async def _call(self, envs: list[Envelope], step: Step) -> Outcomes:
+        """One gateway call for `envs` (those with time left), their outcomes in order."""
+        outcomes: Outcomes = [None] * len(envs)
+        budgets = [self._budget(env, step) for env in envs]
+        # under 1 ms is no time at all (and timeout_ms 0 would be refused as invalid input)
+        late = GatewayError(ErrorCode.TIMEOUT, "no time left in the workflow deadline")
+        calling: list[int] = []
+        for i, budget in enumerate(budgets):
+            if budget >= 1:
+                calling.append(i)
+            else:
+                outcomes[i] = self._failure(envs[i], late)
+        if not calling:
+            return outcomes  # no call, so nothing for the breaker to count
+        called = [envs[i] for i in calling]
+        budget_ms = min(budgets[i] for i in calling)
+        for i, outcome in zip(calling, await self._guarded(called, budget_ms, step), strict=True):
+            outcomes[i] = outcome
+        return outcomes
+
+    async def _guarded(self, envs: list[Envelope], budget_ms: float, step: Step) -> Outcomes:
+        """The call behind the breaker: one check, one record; predictions set on success."""
         if not self.breaker.allow():
-            degrade(env, "CIRCUIT_OPEN: inference gateway failing, call skipped")
-            return
+            for env in envs:
+                degrade(env, "CIRCUIT_OPEN: inference gateway failing, call skipped")
+            return [None] * len(envs)
         try:
-            resp = await self._predict(env, step)
+            resp = await self._predict(envs, budget_ms, step)
         except GatewayError as exc:
             self.breaker.record(ok=exc.code == ErrorCode.INVALID_INPUT)
-            failure = self._failure(env, exc)
-            if failure is not None:
-                raise failure from exc
-            return
-        except BaseException:  # whatever ends the call must count, or a probe never returns
+            if exc.code == ErrorCode.INVALID_INPUT and len(envs) > 1:
+                return await self._one_by_one(envs, step)
+            return [self._failure(env, exc) for env in envs]
+        except Exception as exc:  # whatever ends the call must count, or a probe never returns
+            self.breaker.record(ok=False)
+            return [exc] * len(envs)
+        except BaseException:
             self.breaker.record(ok=False)
             raise
         self.breaker.record(ok=True)
-        out = resp.outputs[0]
-        env.context.prediction = Prediction(
-            category=Category(out.label),
-            confidence=out.confidence,
-            scores=out.scores,
-            model_name=resp.model,
-            model_version=resp.version,
-        )
+        for env, out in zip(envs, resp.outputs, strict=True):
+            env.context.prediction = Prediction(
+                category=Category(out.label),
+                confidence=out.confidence,
+                scores=out.scores,
+                model_name=resp.model,
+                # the version that answered this ticket (a request may mix canary versions)
+                model_version=out.version or resp.version,
+            )
+        return [None] * len(envs)
+
+    async def _one_by_one(self, envs: list[Envelope], step: Step) -> Outcomes:
+        # the gateway refused the whole call for some input: find which, one ticket per call
+        results = await asyncio.gather(*(self._call([env], step) for env in envs))
+        return [outcome for [outcome] in results]
 
     def _budget(self, env: Envelope, step: Step) -> float:
         timeout = step.timeout_ms or 300
@@ -132,16 +202,25 @@ class InferenceStep(Handler):
             return timeout
         return min(timeout, remaining_ms(env, self._deadline_ms(env)))
 
-    async def _predict(self, env: Envelope, step: Step) -> PredictResponse:
-        budget_ms = self._budget(env, step)
-        if budget_ms <= 0:
-            raise GatewayError(ErrorCode.TIMEOUT, "no time left in the workflow deadline")
-        item = PredictInput(
-            id=env.ticket.ticket_id,
-            text=env.context.clean_text or env.ticket.text,
-            features={k: v.value for k, v in env.context.features.items()},
-        )
-        return await self._client.predict(step.model or "", [item], timeout_ms=int(budget_ms))
+    async def _predict(self, envs: list[Envelope], budget_ms: float, step: Step) -> PredictResponse:
+        items = [
+            PredictInput(
+                id=env.ticket.ticket_id,
+                text=env.context.clean_text or env.ticket.text,
+                features={k: v.value for k, v in env.context.features.items()},
+            )
+            for env in envs
+        ]
+        resp = await self._client.predict(step.model or "", items, timeout_ms=int(budget_ms))
+        # outputs are matched to tickets by position: an answer that does not line up is
+        # the gateway's fault, not the tickets'
+        if [out.id for out in resp.outputs] != [item.id for item in items]:
+            raise GatewayError(
+                ErrorCode.INTERNAL,
+                f"gateway answered {len(resp.outputs)} outputs for {len(items)} inputs, "
+                "not in the request's order",
+            )
+        return resp
 
     @staticmethod
     def _failure(env: Envelope, exc: GatewayError) -> BaseException | None:

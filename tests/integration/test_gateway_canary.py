@@ -1,7 +1,8 @@
 """Canary routing through the real Kafka and Triton: a config published on config.routing
 takes effect in a running gateway without a restart, sticky per id, every output names its
-version; an invalid record is ignored (the config in force stays); rollback is publishing
-the previous config. `ticketflow config get|route-test` read the same topic."""
+version, and one request's inputs are each routed by their own id; an invalid record is
+ignored (the config in force stays); rollback is publishing the previous config.
+`ticketflow config get|route-test` read the same topic."""
 
 from __future__ import annotations
 
@@ -140,3 +141,38 @@ async def test_the_cli_reads_what_the_gateway_follows(gateway: GatewayServer, pr
     for i in ids:
         line = next(x for x in routed.output.splitlines() if i in x)
         assert ("v1" if bucket_of(i) < 80 else "v2") in line
+
+
+def route_test(prefix: str, ids: list[str]) -> dict[str, str]:
+    """`ticketflow config route-test`'s answer for each id, read from its table."""
+    routed = CliRunner().invoke(
+        config_app, ["route-test", *ids, "--prefix", prefix, "--bootstrap", KAFKA]
+    )
+    assert routed.exit_code == 0, routed.output
+    rows = [[cell.strip() for cell in line.split("│")] for line in routed.output.splitlines()]
+    return {row[1]: row[3] for row in rows if len(row) == 5 and row[1] in ids}
+
+
+async def test_one_request_routes_each_input_by_its_own_id(
+    gateway: GatewayServer, prefix: str
+) -> None:
+    await asyncio.to_thread(publish, config(v1=50, v2=50), KAFKA, routing_topic(prefix))
+    inputs = [PredictInput(id=i, text=f"order {n}: where is my refund?") for n, i in enumerate(IDS)]
+    async with GatewayClient(gateway.url) as client:
+        await until(client, expected(50))
+        first = await client.predict(MODEL, inputs, 10_000)
+        again = await client.predict(MODEL, inputs, 10_000)  # sticky: the same versions
+        pinned = {v: await client.predict(MODEL, inputs, 10_000, version=v) for v in ("v1", "v2")}
+
+    assert [o.id for o in first.outputs] == IDS
+    got = {o.id: o.version for o in first.outputs}
+    assert set(got.values()) == {"v1", "v2"}
+    assert got == await asyncio.to_thread(route_test, prefix, IDS) == expected(50)
+    assert {o.id: o.version for o in again.outputs} == got
+    assert first.version == first.outputs[0].version
+    # each output was computed by its own version: its scores are that version's
+    assert pinned["v1"].outputs[0].scores != pytest.approx(pinned["v2"].outputs[0].scores)
+    for n, output in enumerate(first.outputs):
+        assert output.version is not None
+        want = pinned[output.version].outputs[n]
+        assert output.scores == pytest.approx(want.scores, abs=1e-6)

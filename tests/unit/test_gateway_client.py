@@ -46,6 +46,7 @@ async def test_predict_returns_a_typed_response(gateway: GatewayServer) -> None:
     assert isinstance(answer, PredictResponse)
     assert [o.id for o in answer.outputs] == ["t-1", "t-2"]
     assert answer.version == "v1"
+    assert [o.version for o in answer.outputs] == ["v1", "v1"]  # each output names its own
 
 
 async def test_version_and_headers_travel(gateway: GatewayServer, backend: FakeBackend) -> None:
