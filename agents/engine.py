@@ -81,6 +81,7 @@ BATCH_WITHIN_S = 0.01
 # steps skipped (degrading the ticket) once the workflow deadline has passed
 DEADLINE_GUARDED = frozenset({"inference_call"})
 REVIEW_ROUTE = "manual_review"
+Item = tuple[faust.EventT, Envelope]  # an envelope and the event that carried it
 
 
 @dataclass
@@ -241,6 +242,7 @@ class WorkflowEngine:
     # ---- the validator step -------------------------------------------------------------
 
     async def _validate_batch(self, step: Step, events: Sequence[faust.EventT]) -> None:
+        valid = []
         for event in events:
             t0 = time.perf_counter()
             try:
@@ -261,24 +263,61 @@ class WorkflowEngine:
                 started_at=_utcnow(),
             )
             self._record(env, step, StepStatus.ok, t0)
-            self._forward(env, step)
+            valid.append((event, env))
+        # still on the partition the producer chose: no state until the first hop
+        await self._continue(step, valid, keyed=False)
 
     # ---- the steps in between -----------------------------------------------------------
 
     async def _step_batch(self, step: Step, events: Sequence[faust.EventT]) -> None:
+        await self._run_step(step, self._admit_all(step, events), keyed=True)
+
+    async def _run_step(self, step: Step, items: list[Item], keyed: bool) -> None:
+        """Run `step` on a batch, then hand the envelopes that went on to what follows.
+
+        `keyed`: the batch came through a ticket_id-keyed topic, so the ticket's state
+        lives on its partition and may be written.
+        """
         t0 = time.perf_counter()
-        by_version: dict[int, list[tuple[faust.EventT, Envelope]]] = defaultdict(list)
-        for event, env in self._admit_all(step, events):
-            if self._past_deadline(env, step) and not self._on_deadline(event, env, step):
+        by_version: dict[int, list[Item]] = defaultdict(list)
+        for event, env in items:
+            if self._past_deadline(env, step) and not self._on_deadline(event, env, step, keyed):
                 continue
             by_version[env.workflow_version].append((event, env))
-        for items in by_version.values():
-            own = self._step_of(items[0][1], step.name)
-            outcomes = await self._run_handler(own, [env for _, env in items])
-            for (event, env), outcome in zip(items, outcomes, strict=True):
-                self._settle(own, event, env, outcome, t0)
+        going_on = []
+        for its in by_version.values():
+            own = self._step_of(its[0][1], step.name)
+            outcomes = await self._run_handler(own, [env for _, env in its])
+            for (event, env), outcome in zip(its, outcomes, strict=True):
+                if self._settle(own, event, env, outcome, t0, keyed):
+                    going_on.append((event, env))
+        await self._continue(step, going_on, keyed)
 
-    def _on_deadline(self, event: faust.EventT, env: Envelope, step: Step) -> bool:
+    async def _continue(self, step: Step, items: list[Item], keyed: bool) -> None:
+        """Each envelope to its next step: in this agent when fused with `step`, else
+        through the next step's topic."""
+        fused: dict[str, list[Item]] = defaultdict(list)
+        for event, env in items:
+            definition = self._definition_of(env)
+            nxt = definition.next_step(step.name, env.context)
+            if nxt is None:  # only a router ends a workflow; validation makes this unreachable
+                raise RuntimeError(f"step {step.name} has no successor")
+            env.step, env.attempt, env.not_before = nxt.name, 1, None
+            if definition.fused(step.name, nxt.name):
+                fused[nxt.name].append((event, env))
+                continue
+            if keyed:
+                _as_current(event)
+                self._set_state(env, "running", nxt.name)
+            self._send(self.topics.step(nxt.name), env)
+        for name, its in fused.items():
+            nxt = self._step_of(its[0][1], name)
+            if nxt.type == "router":
+                await self._route_items(nxt, its)
+            else:
+                await self._run_step(nxt, its, keyed)
+
+    def _on_deadline(self, event: faust.EventT, env: Envelope, step: Step, keyed: bool) -> bool:
         """Degrade (True: the step still runs) or dead-letter (False), as the version says."""
         definition = self._definition_of(env)
         reason = (
@@ -287,16 +326,19 @@ class WorkflowEngine:
         )
         if definition.on_deadline == "dead_letter":
             self._dead_letter(
-                event, step.name, ErrorClass.WORKFLOW_DEADLINE, reason, env.attempt, env
+                event,
+                step.name,
+                ErrorClass.WORKFLOW_DEADLINE,
+                reason,
+                env.attempt,
+                env if keyed else None,
             )
             return False
         degrade(env, reason)
         env.context.deadline_passed = True
         return True
 
-    def _admit_all(
-        self, step: Step, events: Sequence[faust.EventT]
-    ) -> list[tuple[faust.EventT, Envelope]]:
+    def _admit_all(self, step: Step, events: Sequence[faust.EventT]) -> list[Item]:
         admitted = []
         for event in events:
             try:
@@ -346,23 +388,24 @@ class WorkflowEngine:
         env: Envelope,
         outcome: BaseException | None,
         t0: float,
-    ) -> None:
+        keyed: bool,
+    ) -> bool:
+        """Record a step's outcome; True when the ticket goes on to its next step."""
         _as_current(event)
         if outcome is None:
             degraded = env.context.degraded and step.type in DEADLINE_GUARDED
             self._record(env, step, StepStatus.degraded if degraded else StepStatus.ok, t0)
-            self._forward(env, step)
-        elif isinstance(outcome, BadRecord):
-            self._dead_letter(
-                event, step.name, outcome.error_class, outcome.reason, env.attempt, env
-            )
-        elif isinstance(outcome, RetryableError):
-            self._retry_or_degrade(env, step, outcome, t0)
+            return True
+        if isinstance(outcome, RetryableError) and keyed:
+            return self._retry_or_degrade(env, step, outcome, t0)
+        if isinstance(outcome, BadRecord):
+            error_class, reason = outcome.error_class, outcome.reason
         else:
             log.error("step %s: %r for %s", step.name, outcome, env.ticket.ticket_id)
-            self._dead_letter(
-                event, step.name, ErrorClass.INTERNAL, repr(outcome), env.attempt, env
-            )
+            error_class, reason = ErrorClass.INTERNAL, repr(outcome)
+        dead = env if keyed else None
+        self._dead_letter(event, step.name, error_class, reason, env.attempt, dead)
+        return False
 
     def _past_deadline(self, env: Envelope, step: Step) -> bool:
         """Past the deadline before a step that would wait on a dependency.
@@ -373,12 +416,12 @@ class WorkflowEngine:
             return False
         return remaining_ms(env, self._deadline_ms(env)) <= 0
 
-    def _retry_or_degrade(self, env: Envelope, step: Step, exc: RetryableError, t0: float) -> None:
+    def _retry_or_degrade(self, env: Envelope, step: Step, exc: RetryableError, t0: float) -> bool:
+        """Send the envelope to a retry tier (False), or degrade it and go on (True)."""
         policy = step.policy_for(exc.code)
         if env.context.deadline_passed:  # no time for another attempt: degraded already
             self._record(env, step, StepStatus.degraded, t0, detail=f"{exc.code}: {exc.reason}")
-            self._forward(env, step)
-            return
+            return True
         if policy is None or env.attempt >= policy.max_attempts:
             degrade(
                 env,
@@ -386,8 +429,7 @@ class WorkflowEngine:
                 f"{env.attempt} attempt(s): {exc.reason}",
             )
             self._record(env, step, StepStatus.degraded, t0)
-            self._forward(env, step)
-            return
+            return True
         self._record(env, step, StepStatus.retrying, t0, detail=f"{exc.code}: {exc.reason}")
         delay = policy.delay_ms(env.attempt + 1)
         delay *= 1 + random.uniform(-policy.jitter, policy.jitter)
@@ -397,6 +439,7 @@ class WorkflowEngine:
         metrics.RETRIES.labels(step.name).inc()
         self._set_state(env, "waiting_retry", step.name)
         self._send(self.topics.retry(tier), env)
+        return False
 
     async def _retry_tier(self, stream: faust.StreamT) -> None:
         """Hold each envelope until it is due, then hand it back to its step.
@@ -455,8 +498,13 @@ class WorkflowEngine:
         not per ticket. Faust's offset commit waits for the queue (`_drain`), so an input
         is never acknowledged before its result is committed.
         """
+        await self._route_items(step, self._admit_all(step, events))
+
+    async def _route_items(self, step: Step, items: list[Item]) -> None:
+        # a fused router sees tickets from an earlier step's topic: the same key and
+        # partition count, so the same partition, which Faust assigns with the route topic's
         t0 = time.perf_counter()
-        for event, env in self._admit_all(step, events):
+        for event, env in items:
             partition = event.message.partition
             await self._owned(partition)
             tid = env.ticket.ticket_id
@@ -593,15 +641,6 @@ class WorkflowEngine:
         )
 
     # ---- outputs ------------------------------------------------------------------------
-
-    def _forward(self, env: Envelope, step: Step) -> None:
-        nxt = self._definition_of(env).next_step(step.name, env.context)
-        if nxt is None:  # only a router ends a workflow; validation makes this unreachable
-            raise RuntimeError(f"step {step.name} has no successor")
-        env.step, env.attempt, env.not_before = nxt.name, 1, None
-        if step.type != "validator":  # validate's table partition is the producer's choice
-            self._set_state(env, "running", nxt.name)
-        self._send(self.topics.step(nxt.name), env)
 
     def _send(self, topic: str, env: Envelope) -> None:
         self.producer.produce(

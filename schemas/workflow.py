@@ -7,6 +7,8 @@ only it knows them.
 
 from __future__ import annotations
 
+import functools
+import itertools
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -149,6 +151,10 @@ class WorkflowDefinition(BaseModel):
     deadline_ms: int = Field(2000, ge=10, le=3_600_000)
     on_deadline: Literal["degrade", "dead_letter"] = "degrade"
     steps: list[Step] = Field(min_length=1)
+    # Optional step fusion: each group is a run of consecutive steps that one agent carries
+    # in memory, without a hop through Kafka. Every step keeps its topic (retries and
+    # branches still enter there) and its audit entry; the default is no fusion.
+    fuse: list[list[StepName]] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _graph(self) -> WorkflowDefinition:
@@ -166,7 +172,43 @@ class WorkflowDefinition(BaseModel):
                 if target not in names:
                     raise ValueError(f"steps.{s.name}.next: unknown step {target!r}")
         self._check_reachable_acyclic()
+        self._check_fusion()
         return self
+
+    def _check_fusion(self) -> None:
+        seen: set[str] = set()
+        for i, group in enumerate(self.fuse):
+            where = f"fuse.{i}"
+            if len(group) < 2:
+                raise ValueError(f"{where}: a fused group needs at least two steps")
+            for name in group:
+                if name not in {s.name for s in self.steps}:
+                    raise ValueError(f"{where}: unknown step {name!r}")
+                if name in seen:
+                    raise ValueError(f"{where}: step {name!r} is in more than one group")
+                seen.add(name)
+            for a, b in itertools.pairwise(group):
+                if b not in self.successors(a):
+                    raise ValueError(f"{where}: {b!r} cannot follow {a!r}, so cannot fuse")
+            if self.step(group[0]).type == "validator":
+                # before its first hop a ticket sits on the partition the producer chose,
+                # not its ticket_id's: only stateless steps may run there
+                stateful = [n for n in group[1:] if self.step(n).type != "processor"]
+                if stateful:
+                    raise ValueError(
+                        f"{where}: only processor steps can fuse with the validator, "
+                        f"not {stateful} (their state is partitioned by ticket_id)"
+                    )
+            elif any(self.step(n).type == "validator" for n in group):
+                raise ValueError(f"{where}: the validator can only start a group")
+
+    def fused(self, current: str, nxt: str) -> bool:
+        """Whether `nxt` runs in the same agent right after `current` (no hop)."""
+        return (current, nxt) in self._fused_pairs
+
+    @functools.cached_property
+    def _fused_pairs(self) -> frozenset[tuple[str, str]]:
+        return frozenset(pair for group in self.fuse for pair in itertools.pairwise(group))
 
     def successors(self, name: str) -> list[str]:
         step = self.step(name)
