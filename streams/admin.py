@@ -56,3 +56,20 @@ def delete_prefixed(settings: Settings, topic_prefix: str, group_prefix: str) ->
     ours = [g for g in groups if g.startswith(group_prefix)]
     if ours:
         admin.delete_consumer_groups(ours)
+
+
+def topic_size(settings: Settings, topic: str) -> int:
+    """Records in `topic` now (high minus low watermark, summed); 0 if it does not exist."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "ticketflow-size"})
+    try:
+        meta = c.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return 0
+        marks = [
+            c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in meta.partitions
+        ]
+        return sum(high - low for low, high in marks)
+    finally:
+        c.close()

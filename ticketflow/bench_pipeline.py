@@ -4,7 +4,9 @@
     partitions and record size, doing no work;
 (b) the naive baseline the seed articles warn about: one consumer doing every step in one
     function, one synchronous gateway call per ticket;
-(c) ticketflow's worker (model v1, exactly-once results).
+(c) ticketflow's worker (model v1, exactly-once results), topic per step (the default);
+(d) the same with step fusion: [validate, clean] and [features, infer, rules, route] each
+    carried by one agent (the workflow definition's `fuse`), two hops instead of six.
 
 For each: sustained throughput (a burst, first publish to last result), then end-to-end
 latency under an open-loop producer at 25/50/75 % of that variant's maximum; for (c) the
@@ -25,11 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
+import yaml
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from agents.definition import load_definition
 from agents.steps.clean import clean_text
 from agents.steps.rules import RuleInput, apply_rules
 from agents.steps.validate import parse_ticket
@@ -39,7 +43,7 @@ from inference_gateway.client import GatewayClient
 from inference_gateway.model.corpus import generate
 from schemas.gateway import PredictInput
 from schemas.tickets import Category, Context, Prediction
-from streams.admin import ensure_topics
+from streams.admin import ensure_topics, topic_size
 from streams.settings import Settings
 from streams.topics import Topics
 from ticketflow import services
@@ -291,13 +295,13 @@ async def _with_background(
 # ---- the whole benchmark ---------------------------------------------------------------------
 
 
-async def _bench(settings: Settings, n: int) -> list[Variant]:
+async def _bench(settings: Settings, n: int, out_dir: Path) -> list[Variant]:
     run = uuid.uuid4().hex[:6]
-    topics = Topics(f"bench-{run}.")
     raw = [f"bench-{run}.raw.{i}" for i in range(HOPS + 1)]
     naive_in, naive_out = f"bench-{run}.naive.in", f"bench-{run}.naive.out"
     ensure_topics(settings, {t: {} for t in [*raw, naive_in, naive_out]})
-    a, b, c = Variant("raw relay (a)"), Variant("naive (b)"), Variant("ticketflow (c)")
+    a, b = Variant("raw relay (a)"), Variant("naive (b)")
+    c, d = Variant("ticketflow (c)"), Variant("ticketflow fused (d)")
     with Progress(console=console) as progress:
         await _with_background(
             lambda stop: _relay(settings, raw, stop),
@@ -307,24 +311,50 @@ async def _bench(settings: Settings, n: int) -> list[Variant]:
             lambda stop: _naive(settings, naive_in, naive_out, stop),
             lambda: _measure(settings, b, naive_in, [naive_out], max(200, n // 5), run, progress),
         )
-        port = services.free_port()
-        env = {"TICKETFLOW_TOPIC_PREFIX": topics.prefix, "TICKETFLOW_WORKER_WEB_PORT": str(port)}
-        worker_settings = settings.model_copy(
-            update={"topic_prefix": topics.prefix, "worker_web_port": port}
+        await _ticketflow(settings, c, settings.workflow_file, f"{run}c", n, progress)
+        fused = _fused_definition(settings.workflow_file, out_dir)
+        await _ticketflow(settings, d, fused, f"{run}d", n, progress)
+    return [a, b, c, d]
+
+
+def _fused_definition(path: Path, out_dir: Path) -> Path:
+    """The workflow at `path` with its stateless and stateful runs fused (two hops)."""
+    data = yaml.safe_load(path.read_text())
+    names = [s["name"] for s in data["steps"]]
+    data["fuse"] = [names[:2], names[2:]]  # [validate, clean], [features ... route]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fused = (out_dir / f"{path.stem}.fused.yaml").resolve()
+    fused.write_text(yaml.safe_dump(data, sort_keys=False))
+    load_definition(fused)  # refuse a bad fusion here, not in the worker
+    return fused
+
+
+async def _ticketflow(
+    settings: Settings, variant: Variant, workflow: Path, run: str, n: int, progress: Progress
+) -> None:
+    """Throughput, latency and SIGKILL recovery of a worker running `workflow`."""
+    topics = Topics(f"bench-{run}.")
+    port = services.free_port()
+    env = {
+        "TICKETFLOW_TOPIC_PREFIX": topics.prefix,
+        "TICKETFLOW_WORKER_WEB_PORT": str(port),
+        "TICKETFLOW_WORKFLOW_FILE": str(workflow),
+    }
+    worker_settings = settings.model_copy(
+        update={"topic_prefix": topics.prefix, "worker_web_port": port, "workflow_file": workflow}
+    )
+    worker = services.start_worker(worker_settings, env, log_name=f"bench-worker-{run}")
+    outs = [topics.out(r) for r in ("auto_classify", "manual_review", "after_sales")]
+    try:
+        values = await _measure(settings, variant, topics.tickets_in, outs, n, run, progress)
+        task = progress.add_task(f"{variant.name}: SIGKILL and recovery", total=None)
+        worker, variant.recovery = await _recovery(
+            settings, worker_settings, env, worker, outs, variant.max_per_s * 0.5, run
         )
-        worker = services.start_worker(worker_settings, env, log_name=f"bench-worker-{run}")
-        outs = [topics.out(r) for r in ("auto_classify", "manual_review", "after_sales")]
-        try:
-            values = await _measure(settings, c, topics.tickets_in, outs, n, run, progress)
-            task = progress.add_task("ticketflow: SIGKILL and recovery", total=None)
-            worker, c.recovery = await _recovery(
-                settings, worker_settings, env, worker, outs, c.max_per_s * 0.5, run
-            )
-            progress.update(task, completed=1, total=1)
-        finally:
-            worker.stop()
-    c.steps_ms = _step_breakdown(values)
-    return [a, b, c]
+        progress.update(task, completed=1, total=1)
+    finally:
+        worker.stop()
+    variant.steps_ms = _step_breakdown(values)
 
 
 async def _recovery(
@@ -365,29 +395,13 @@ async def _recovery(
         await producer.stop()
         await consumer.stop()
     changelog = f"{worker_settings.topic_prefix}ticketflow-ticket_state-changelog"
-    restored = await asyncio.to_thread(_topic_size, settings, changelog)
+    restored = await asyncio.to_thread(topic_size, settings, changelog)
     return worker, {
         "flowing_again_s": round(flowing_s, 2),
         "worker_ready_s": round(ready_s, 2),
         "changelog_records": restored,
         "restore_records_per_s": round(restored / ready_s, 1) if ready_s else 0.0,
     }
-
-
-def _topic_size(settings: Settings, topic: str) -> int:
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "bench-size"})
-    try:
-        meta = c.list_topics(topic, timeout=10).topics.get(topic)
-        if meta is None or meta.error is not None:
-            return 0
-        marks = [
-            c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in meta.partitions
-        ]
-        return sum(high - low for low, high in marks)
-    finally:
-        c.close()
 
 
 def _step_breakdown(values: list[bytes]) -> dict[str, float]:
@@ -407,7 +421,7 @@ def bench_pipeline(tickets: int = 2000, out: Path = Path("bench/results")) -> No
     stack.up(settings)
     gateway = None if services.gateway_ready(settings) else services.start_gateway(settings)
     try:
-        variants = asyncio.run(_bench(settings, tickets))
+        variants = asyncio.run(_bench(settings, tickets, out))
     finally:
         if gateway is not None:
             gateway.stop()
@@ -415,7 +429,7 @@ def bench_pipeline(tickets: int = 2000, out: Path = Path("bench/results")) -> No
 
 
 def _report(variants: list[Variant], out: Path) -> None:
-    a, b, c = variants
+    a, b, c, d = variants
     table = Table("variant", "max/s", *(f"p50/p99 @{int(x * 100)}%" for x in LOADS))
     for v in variants:
         cells = [
@@ -424,12 +438,14 @@ def _report(variants: list[Variant], out: Path) -> None:
         table.add_row(v.name, f"{v.max_per_s:.0f}", *cells)
     console.print(table)
     ratios = {
-        "c_over_a": round(c.max_per_s / a.max_per_s, 3) if a.max_per_s else None,
-        "c_over_b": round(c.max_per_s / b.max_per_s, 2) if b.max_per_s else None,
+        f"{x}_over_{y}": round(v.max_per_s / w.max_per_s, 3) if w.max_per_s else None
+        for x, v in (("c", c), ("d", d))
+        for y, w in (("a", a), ("b", b))
     }
-    console.print(f"(c)/(a) = {ratios['c_over_a']}   (c)/(b) = {ratios['c_over_b']}")
-    console.print(f"ticketflow per-step mean latency (ms): {c.steps_ms}")
-    console.print(f"ticketflow recovery after SIGKILL: {c.recovery}")
+    console.print("   ".join(f"{k.replace('_over_', '/')} = {r}" for k, r in ratios.items()))
+    for v in (c, d):
+        console.print(f"{v.name} per-step mean latency (ms): {v.steps_ms}")
+        console.print(f"{v.name} recovery after SIGKILL: {v.recovery}")
     out.mkdir(parents=True, exist_ok=True)
     report = {"variants": [v.__dict__ for v in variants], "ratios": ratios}
     (out / "pipeline.json").write_text(json.dumps(report, indent=2))
@@ -456,8 +472,13 @@ def _plot(variants: list[Variant], path: Path) -> None:
         title="latency against offered load",
     )
     left.legend(fontsize=7)
-    steps = variants[2].steps_ms
-    right.bar(list(steps), list(steps.values()))
+    width = 0.4
+    for i, v in enumerate(variants[2:]):
+        steps = v.steps_ms
+        xs = [j + (i - 0.5) * width for j in range(len(steps))]
+        right.bar(xs, list(steps.values()), width, label=v.name)
+        right.set_xticks(range(len(steps)), list(steps))
     right.set(ylabel="mean ms in step", title="ticketflow: per-step latency")
+    right.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -155,3 +155,31 @@ def test_one_router_only():
     data["steps"].insert(5, {"name": "route2", "type": "router", "routes": ["manual_review"]})
     with pytest.raises(DefinitionError, match="exactly one router"):
         parse_definition(data)
+
+
+def fused(groups):
+    return mutate(lambda d: d.update(fuse=groups))
+
+
+def test_fused_groups_say_which_steps_run_without_a_hop():
+    d = parse_definition(fused([["validate", "clean"], ["features", "infer", "rules", "route"]]))
+    assert d.fused("validate", "clean") and d.fused("infer", "rules") and d.fused("rules", "route")
+    assert not d.fused("clean", "features")  # between groups: a hop through the topic
+    assert not parse_definition(base()).fused("validate", "clean")  # default: no fusion
+
+
+@pytest.mark.parametrize(
+    ("groups", "message"),
+    [
+        ([["clean"]], "at least two steps"),
+        ([["clean", "nope"]], "unknown step 'nope'"),
+        ([["clean", "infer"]], "'infer' cannot follow 'clean'"),
+        ([["clean", "features"], ["features", "infer"]], "more than one group"),
+        ([["validate", "clean", "features"]], "only processor steps can fuse with the validator"),
+        ([["rules", "route", "validate"]], "cannot follow"),
+    ],
+)
+def test_bad_fusion_is_refused(groups, message):
+    with pytest.raises(DefinitionError) as err:
+        parse_definition(fused(groups))
+    assert message in str(err.value)
