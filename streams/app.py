@@ -31,7 +31,7 @@ def create_app(settings: Settings, app_id: str = "ticketflow", **overrides: Any)
         "broker_commit_interval": settings.commit_interval_s,
         "stream_wait_empty": False,
         # a killed worker's partitions move on after this, not after Faust's default 60 s
-        "broker_session_timeout": 10.0,
+        "broker_session_timeout": 6.0,  # the broker's minimum (group.min.session.timeout.ms)
         "broker_heartbeat_interval": 1.0,
         "table_cleanup_interval": 60.0,
         "autodiscover": False,

@@ -149,6 +149,19 @@ def test_fused_steps_keep_every_audit_entry_and_decision_step(tmp_path, live_sta
         p.close()
 
 
+def test_broker_restart_mid_stream_loses_nothing_and_doubles_nothing(pipeline):
+    batch = tickets(1500, "brk", seed=43)
+    pipeline.publish(batch[:750], rate=150)
+    pipeline.watch.until(lambda rs: len(rs) >= 200, 120, settle_s=0)
+    stack.stop_part(pipeline.settings, "kafka")
+    time.sleep(2)
+    stack.start_part(pipeline.settings, "kafka")
+    pipeline.publish(batch[750:], rate=150)
+    if pipeline.worker.process.poll() is not None:  # Faust gave up: a supervisor restarts it
+        pipeline.start_worker()
+    assert_exactly_once(batch, pipeline.results_for(batch))
+
+
 def test_triton_outage_opens_the_breaker_degrades_and_recovers(pipeline):
     during = tickets(800, "tri", seed=44)
     feeder = threading.Thread(target=pipeline.publish, args=(during, 20), daemon=True)
@@ -223,3 +236,32 @@ def _metrics(env: dict[str, str]) -> str:
             return resp.read().decode()
     except OSError:
         return ""
+
+
+def _completed(env: dict[str, str]) -> float:
+    """Tickets this worker completed, from its own /metrics."""
+    return sum(
+        float(line.split()[-1])
+        for line in _metrics(env).splitlines()
+        if line.startswith("workflow_tickets_total{")
+    )
+
+
+def test_two_workers_split_the_partitions_and_a_kill_of_one_doubles_nothing(pipeline):
+    second_env = {**pipeline.env, "TICKETFLOW_WORKER_WEB_PORT": str(services.free_port())}
+    second_settings = pipeline.settings.model_copy(
+        update={"worker_web_port": int(second_env["TICKETFLOW_WORKER_WEB_PORT"])}
+    )
+    name = f"worker-{pipeline.settings.topic_prefix}second"
+    second = services.start_worker(second_settings, second_env, log_name=name)
+    try:
+        batch = tickets(3000, "two", seed=46)
+        pipeline.publish(batch[:1500], rate=300)
+        pipeline.watch.until(lambda rs: len(rs) >= 1200, 120, settle_s=0)
+        # both own partitions of the group: each completed some of the tickets
+        assert _completed(pipeline.env) > 0 and _completed(second_env) > 0
+        second.kill()  # the first worker takes its partitions over
+        pipeline.publish(batch[1500:], rate=300)
+        assert_exactly_once(batch, pipeline.results_for(batch))
+    finally:
+        second.stop()
