@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import logging
 import random
 import time
 import weakref
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -81,6 +82,7 @@ BATCH_WITHIN_S = 0.01
 # steps skipped (degrading the ticket) once the workflow deadline has passed
 DEADLINE_GUARDED = frozenset({"inference_call"})
 REVIEW_ROUTE = "manual_review"
+RETRY_BATCH_MAX_S = 5.0  # the longest wait between attempts at a failed batch
 Item = tuple[faust.EventT, Envelope]  # an envelope and the event that carried it
 
 
@@ -104,6 +106,24 @@ def _as_current(event: faust.EventT) -> None:
     # A table write goes to the changelog partition of the *current* event. In a batch the
     # stream's current event is the last one taken, so point it at the ticket's own event.
     _current_event.set(weakref.ref(event))
+
+
+async def until_done(what: str, handle: Callable[..., Awaitable[None]], *args: Any) -> None:
+    """Run `handle(*args)` until it returns, retrying with backoff when it raises.
+
+    Faust acknowledges a `take_events` batch once the agent asks for the next one, even when
+    the handler raised: a batch must never be given up. Per-ticket failures are settled
+    inside the handler (retries, dead letters); what reaches here is infrastructure (a
+    fence, a ledger read timing out), and redoing the batch is safe: steps repeat
+    harmlessly and the router skips tickets already in its ledger.
+    """
+    for attempt in itertools.count(1):
+        try:
+            await handle(*args)
+            return
+        except Exception:
+            log.exception("%s: batch failed (attempt %d); retrying it", what, attempt)
+            await asyncio.sleep(min(RETRY_BATCH_MAX_S, 0.1 * 2**attempt))
 
 
 def _header(event: faust.EventT, name: str) -> str | None:
@@ -200,7 +220,7 @@ class WorkflowEngine:
     def _agent(self, topic: str, step: Step, handle: Any) -> None:
         async def run(stream: faust.StreamT) -> None:
             async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
-                await handle(step, events)
+                await until_done(f"step {step.name}", handle, step, events)
 
         self.app.agent(_raw_topic(self.app, topic), name=f"step-{step.name}")(run)
 
