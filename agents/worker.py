@@ -15,6 +15,7 @@ from feature_jobs.views import VIEWS
 from inference_gateway.client import GatewayClient
 from streams.admin import ensure_topics, pipeline_topics
 from streams.app import create_app
+from streams.gaps import GapGuard
 from streams.settings import Settings
 from streams.topics import Topics
 
@@ -41,6 +42,14 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
     @app.timer(1.0)
     async def _breaker_clock() -> None:
         engine.breaker.refresh()
+
+    # Faust would commit past records its fetcher dropped: read them again (streams/gaps.py)
+    gaps = GapGuard(app, Topics(settings.topic_prefix).carries_envelopes)
+    gaps.install()
+
+    @app.timer(0.5)
+    async def _gap_clock() -> None:
+        await gaps.rewind_if_needed()
 
     @app.page("/metrics")
     async def _metrics(web, request):

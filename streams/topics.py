@@ -24,6 +24,10 @@ class Topics:
     def retry(self, delay_ms: int) -> str:
         return self._name(f"tickets.retry.{delay_ms}")
 
+    def carries_envelopes(self, topic: str) -> bool:
+        """A step or retry topic: written by our producers only, never compacted."""
+        return topic.startswith((self._name("tickets.step."), self._name("tickets.retry.")))
+
     def out(self, route: str) -> str:
         return self._name(f"tickets.out.{route}")
 

@@ -79,7 +79,8 @@ def fused_workflow(directory: Path) -> Path:
 
 
 FUSED_STALL = pytest.mark.xfail(
-    reason="known: a fused worker's successor can stall after SIGKILL (docs/workflow.md)",
+    reason="known: a fused worker's successor can stall under a 5,000-ticket backlog "
+    "(nothing is committed past its unprocessed tickets; docs/workflow.md)",
     strict=False,
 )
 
@@ -123,7 +124,7 @@ def test_sigkill_mid_stream_loses_nothing_and_doubles_nothing(any_pipeline):
     pipeline.worker.kill()
     pipeline.start_worker()
     fused = "TICKETFLOW_WORKFLOW_FILE" in pipeline.env  # its known stall: give up sooner
-    assert_exactly_once(batch, pipeline.results_for(batch, timeout_s=90 if fused else 300))
+    assert_exactly_once(batch, pipeline.results_for(batch, timeout_s=120 if fused else 300))
 
 
 def test_fused_steps_keep_every_audit_entry_and_decision_step(tmp_path, live_stack, gateway):

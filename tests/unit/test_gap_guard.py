@@ -1,0 +1,95 @@
+import asyncio
+from types import SimpleNamespace
+
+from faust.types import TP
+
+from streams import gaps
+from streams.gaps import GapGuard
+from streams.topics import Topics
+
+TOPICS = Topics("p.")
+FEATURES = TP(TOPICS.step("features"), 1)
+
+
+class FakeConsumer:
+    def __init__(self) -> None:
+        self.faust_gaps: list[tuple] = []
+        self.seeks = 0
+        self._committed_offset: dict = {}
+
+    async def _add_gap(self, tp, offset_from, offset_to):
+        self.faust_gaps.append((tp.topic, offset_from, offset_to))
+
+    async def perform_seek(self):
+        self.seeks += 1
+
+
+def guard(monkeypatch, stuck_s=0.0):
+    monkeypatch.setattr(gaps, "STUCK_S", stuck_s)
+    app = SimpleNamespace(consumer=FakeConsumer(), rebalancing=False)
+    g = GapGuard(app, TOPICS.carries_envelopes)
+    g.install()
+    return g, app.consumer
+
+
+def test_a_jump_on_a_step_topic_is_never_acknowledged_and_is_read_again(monkeypatch):
+    g, consumer = guard(monkeypatch)
+
+    async def scenario():
+        await consumer._add_gap(FEATURES, 257, 593)
+        consumer._committed_offset[FEATURES] = 257  # held below the gap
+        await g.rewind_if_needed()
+
+    asyncio.run(scenario())
+    assert consumer.faust_gaps == []  # Faust would have committed past offsets 257..592
+    assert consumer.seeks == 1 and g.rewinds == 1
+
+
+def test_a_jump_whose_records_arrive_after_all_asks_for_nothing(monkeypatch):
+    g, consumer = guard(monkeypatch)
+
+    async def scenario():
+        await consumer._add_gap(FEATURES, 257, 593)
+        consumer._committed_offset[FEATURES] = 600  # they were processed: commit passed
+        await g.rewind_if_needed()
+
+    asyncio.run(scenario())
+    assert consumer.seeks == 0
+
+
+def test_a_rewind_waits_for_the_commit_to_stay_stuck(monkeypatch):
+    g, consumer = guard(monkeypatch, stuck_s=60.0)
+
+    async def scenario():
+        await consumer._add_gap(FEATURES, 10, 20)
+        await g.rewind_if_needed()
+
+    asyncio.run(scenario())
+    assert consumer.seeks == 0  # not yet: the records may still arrive
+
+
+def test_other_topics_keep_fausts_gaps(monkeypatch):
+    g, consumer = guard(monkeypatch)
+
+    async def scenario():
+        # tickets.in may hold transaction markers: a jump there is legitimate
+        await consumer._add_gap(TP(TOPICS.tickets_in, 0), 5, 7)
+        await g.rewind_if_needed()
+
+    asyncio.run(scenario())
+    assert consumer.faust_gaps == [(TOPICS.tickets_in, 5, 7)]
+    assert consumer.seeks == 0
+
+
+def test_no_rewind_during_a_rebalance(monkeypatch):
+    g, consumer = guard(monkeypatch)
+    g.app.rebalancing = True
+
+    async def scenario():
+        await consumer._add_gap(TP(TOPICS.retry(400), 0), 3, 9)
+        await g.rewind_if_needed()
+        g.app.rebalancing = False
+        await g.rewind_if_needed()
+
+    asyncio.run(scenario())
+    assert consumer.seeks == 1
