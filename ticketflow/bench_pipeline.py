@@ -312,20 +312,23 @@ async def _bench(settings: Settings, n: int, out_dir: Path) -> list[Variant]:
             lambda: _measure(settings, b, naive_in, [naive_out], max(200, n // 5), run, progress),
         )
         await _ticketflow(settings, c, settings.workflow_file, f"{run}c", n, progress)
-        fused = _fused_definition(settings.workflow_file, out_dir)
+        fused = fused_definition(settings.workflow_file, out_dir)
         await _ticketflow(settings, d, fused, f"{run}d", n, progress)
     return [a, b, c, d]
 
 
-def _fused_definition(path: Path, out_dir: Path) -> Path:
-    """The workflow at `path` with its stateless and stateful runs fused (two hops)."""
+def fused_definition(path: Path, out_dir: Path) -> Path:
+    """The workflow at `path` with its stateless and stateful runs fused (two hops).
+
+    Written to `out_dir` and loaded once, so a bad fusion is refused here, not in a worker.
+    """
     data = yaml.safe_load(path.read_text())
     names = [s["name"] for s in data["steps"]]
     data["fuse"] = [names[:2], names[2:]]  # [validate, clean], [features ... route]
     out_dir.mkdir(parents=True, exist_ok=True)
     fused = (out_dir / f"{path.stem}.fused.yaml").resolve()
     fused.write_text(yaml.safe_dump(data, sort_keys=False))
-    load_definition(fused)  # refuse a bad fusion here, not in the worker
+    load_definition(fused)
     return fused
 
 

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import orjson
 import pytest
-import yaml
 
 from streams.admin import topic_size
 from streams.settings import Settings
 from streams.topics import Topics
 from tests.integration.kafka_helpers import ROUTES, Collector, publish, tickets
 from ticketflow import services, stack
+from ticketflow.bench_pipeline import fused_definition
 
 pytestmark = pytest.mark.integration
 
@@ -70,12 +70,7 @@ def pipeline(live_stack, gateway, worker):
 
 def fused_workflow(directory: Path) -> Path:
     """The default workflow with [validate, clean] and [features ... route] fused."""
-    data = yaml.safe_load(Settings().workflow_file.read_text())
-    names = [s["name"] for s in data["steps"]]
-    data["fuse"] = [names[:2], names[2:]]
-    path = directory / "fused.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return fused_definition(Settings().workflow_file, directory)
 
 
 FUSED_STALL = pytest.mark.xfail(
