@@ -17,7 +17,6 @@ from streams.admin import ensure_topics, pipeline_topics
 from streams.app import create_app
 from streams.gaps import GapGuard
 from streams.settings import Settings
-from streams.topics import Topics
 
 log = logging.getLogger(__name__)
 
@@ -35,16 +34,14 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
     engine.build()
     # our topics get their partition counts and configs before Faust would auto-create them
     steps = [s.name for s in engine.later_steps()]
-    ensure_topics(
-        settings, pipeline_topics(Topics(settings.topic_prefix), steps, definition.routes)
-    )
+    ensure_topics(settings, pipeline_topics(engine.topics, steps, definition.routes))
 
     @app.timer(1.0)
     async def _breaker_clock() -> None:
         engine.breaker.refresh()
 
     # Faust would commit past records its fetcher dropped: read them again (streams/gaps.py)
-    gaps = GapGuard(app, Topics(settings.topic_prefix).carries_envelopes)
+    gaps = GapGuard(app, engine.topics.carries_envelopes)
     gaps.install()
 
     @app.timer(0.5)

@@ -176,13 +176,14 @@ class WorkflowDefinition(BaseModel):
         return self
 
     def _check_fusion(self) -> None:
+        names = {s.name for s in self.steps}
         seen: set[str] = set()
         for i, group in enumerate(self.fuse):
             where = f"fuse.{i}"
             if len(group) < 2:
                 raise ValueError(f"{where}: a fused group needs at least two steps")
             for name in group:
-                if name not in {s.name for s in self.steps}:
+                if name not in names:
                     raise ValueError(f"{where}: unknown step {name!r}")
                 if name in seen:
                     raise ValueError(f"{where}: step {name!r} is in more than one group")
