@@ -15,7 +15,7 @@ from feature_jobs.views import VIEWS
 from inference_gateway.client import GatewayClient
 from streams.admin import ensure_topics, pipeline_topics
 from streams.app import create_app
-from streams.gaps import GapGuard
+from streams.gaps import GapGuard, KafkaProbe
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -41,12 +41,14 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
         engine.breaker.refresh()
 
     # Faust would commit past records its fetcher dropped: read them again (streams/gaps.py)
-    gaps = GapGuard(app, engine.topics.carries_envelopes)
+    isolation = "read_committed" if app.in_transaction else "read_uncommitted"
+    probe = KafkaProbe(settings.kafka_bootstrap, isolation)
+    gaps = GapGuard(app, engine.topics.carries_envelopes, probe)
     gaps.install()
 
     @app.timer(0.5)
     async def _gap_clock() -> None:
-        await gaps.rewind_if_needed()
+        await gaps.check()
 
     @app.page("/metrics")
     async def _metrics(web, request):
@@ -76,6 +78,7 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
         async def on_stop(self) -> None:
             await deps.gateway.close()
             await deps.features.close()
+            await probe.close()
             engine.close()
 
     return app, engine

@@ -8,23 +8,27 @@ out of its active set); the gap logic then turns that drop into a committed loss
 exactly this after a SIGKILL under a large backlog: 336 offsets of one partition skipped
 and committed, their tickets never processed.
 
-Our step and retry topics are written without transactions and never compacted, so on
-them a jump can only mean records not yet read. There the guard never counts a gap as
-acknowledged, so the commit stays below it and a restart reads the records again; and if
-the commit is still held there after a few seconds, it seeks the consumer back to its
-committed offsets so that they are read now.
-Topics outside `guarded` (such as `tickets.in`, which a user may write transactionally)
-keep Faust's behaviour.
+Our step and retry topics (`trusted`) are written without transactions and never
+compacted, so on them a jump can only mean records not yet read. On any other topic
+(`tickets.in`, which a user may write transactionally) a jump may be legitimate, so a
+`probe` reads the skipped offsets: if they hold no record (transaction markers only, or
+records already deleted by retention) the gap goes to Faust as before; if they hold records,
+it is treated like a jump on a trusted topic.
+
+A skipped range is never acknowledged, so the commit stays below it and a restart reads the
+records again; and if the commit is still held there after a few seconds, the consumer is
+sought back to its committed offsets so that they are read now.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 import faust
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -32,30 +36,77 @@ log = logging.getLogger(__name__)
 STUCK_S = 5.0  # a partition's commit held below a gap this long is read again
 
 
+class Probe(Protocol):
+    async def holds_records(self, tp: Any, first: int, end: int) -> bool | None:
+        """Whether offsets [first, end) of tp hold a record (None: could not tell yet)."""
+
+
 class GapGuard:
-    def __init__(self, app: faust.App, guarded: Callable[[str], bool]) -> None:
+    def __init__(
+        self, app: faust.App, trusted: Callable[[str], bool], probe: Probe | None = None
+    ) -> None:
         self.app = app
-        self.guarded = guarded
+        self.trusted = trusted
+        self.probe = probe
         self.rewinds = 0  # rewinds done, for tests and metrics
-        # partition -> [first skipped offset, when first seen]
+        # partition -> [first skipped offset, when first seen]: records known skipped
         self._pending: dict[Any, list[float]] = {}
+        # partition -> jumps on untrusted topics not yet probed: (offset_from, offset_to)
+        self._unverified: dict[Any, list[tuple[int, int]]] = {}
+        self._faust_add_gap: Callable[[Any, int, int], Awaitable[None]] | None = None
         self._last_rewind = 0.0
 
     def install(self) -> None:
         consumer = self.app.consumer
-        faust_add_gap = consumer._add_gap
+        self._faust_add_gap = consumer._add_gap
 
         async def add_gap(tp: Any, offset_from: int, offset_to: int) -> None:
-            if not self.guarded(tp.topic):
-                await faust_add_gap(tp, offset_from, offset_to)
-                return
-            seen = self._pending.setdefault(tp, [offset_from, time.monotonic()])
-            seen[0] = min(seen[0], offset_from)
+            if self.trusted(tp.topic):
+                self._hold(tp, offset_from)
+            elif self.probe is None:
+                await self._faust_add_gap(tp, offset_from, offset_to)
+            else:  # Faust's offset_to is the record it did read: [from, to) was skipped
+                self._unverified.setdefault(tp, []).append((offset_from, offset_to))
 
         consumer._add_gap = add_gap
 
+    def _hold(self, tp: Any, first: int) -> None:
+        seen = self._pending.setdefault(tp, [first, time.monotonic()])
+        seen[0] = min(seen[0], first)
+
+    async def check(self) -> None:
+        """Probe new jumps, then reread what is still skipped (call often, from a timer)."""
+        self._forget_revoked()
+        await self._verify()
+        await self.rewind_if_needed()
+
+    def _forget_revoked(self) -> None:
+        # whoever is assigned a partition next seeks to its committed offset and so
+        # rereads whatever was skipped on it
+        assigned = self.app.consumer.assignment()
+        for jumps in (self._pending, self._unverified):
+            for tp in [tp for tp in jumps if tp not in assigned]:
+                del jumps[tp]
+
+    async def _verify(self) -> None:
+        assert self.probe is not None or not self._unverified
+        for tp, spans in list(self._unverified.items()):
+            while spans:
+                first, end = spans[0]
+                holds = await self.probe.holds_records(tp, first, end)  # type: ignore[union-attr]
+                if holds is None:
+                    break  # try again on the next tick
+                spans.pop(0)
+                if holds:
+                    log.warning("%s[%d]: the fetcher skipped records %d..%d", *_at(tp), first, end)
+                    self._hold(tp, first)
+                else:  # markers or deleted records: let Faust commit past them
+                    await self._faust_add_gap(tp, first, end)  # type: ignore[misc]
+            if not spans:
+                del self._unverified[tp]
+
     async def rewind_if_needed(self) -> None:
-        """Read skipped records again once a commit has been held below them (call often).
+        """Read skipped records again once a commit has been held below them.
 
         A jump is not always a loss: the records may still arrive and be processed (after
         Faust's own seek on start-up, say), and the commit then passes the gap by itself.
@@ -75,11 +126,57 @@ class GapGuard:
             log.warning(
                 "%s[%d]: records from offset %d were skipped by the fetcher and are still "
                 "unprocessed; reading them again",
-                tp.topic,
-                tp.partition,
+                *_at(tp),
                 int(self._pending[tp][0]),
             )
             self._pending[tp][1] = now
         self._last_rewind = now
         await self.app.consumer.perform_seek()
         self.rewinds += 1
+
+
+def _at(tp: Any) -> tuple[str, int]:
+    return tp.topic, tp.partition
+
+
+class KafkaProbe:
+    """Reads a skipped range with a consumer of its own (no group, nothing committed).
+
+    Its isolation level must be the worker's: what read_committed legitimately skips
+    (aborted records) a read_uncommitted reader would have been given.
+    """
+
+    def __init__(self, bootstrap: str, isolation_level: str = "read_uncommitted") -> None:
+        self._bootstrap = bootstrap
+        self._isolation_level = isolation_level
+        self._consumer: AIOKafkaConsumer | None = None
+
+    async def holds_records(self, tp: Any, first: int, end: int) -> bool | None:
+        consumer = await self._started()
+        part = TopicPartition(tp.topic, tp.partition)
+        consumer.assign([part])
+        start = max(first, (await consumer.beginning_offsets([part]))[part])
+        if start >= end:  # deleted by retention meanwhile: nothing left to read
+            return False
+        consumer.seek(part, start)
+        batch = await consumer.getmany(part, timeout_ms=2000, max_records=1)
+        records = batch.get(part, [])
+        if not records:
+            return None  # an open transaction holds read_committed back, or a slow broker
+        return records[0].offset < end
+
+    async def _started(self) -> AIOKafkaConsumer:
+        if self._consumer is None:
+            self._consumer = AIOKafkaConsumer(
+                bootstrap_servers=self._bootstrap,
+                enable_auto_commit=False,
+                isolation_level=self._isolation_level,
+                auto_offset_reset="earliest",
+            )
+            await self._consumer.start()
+        return self._consumer
+
+    async def close(self) -> None:
+        if self._consumer is not None:
+            await self._consumer.stop()
+            self._consumer = None

@@ -47,9 +47,15 @@ def publish(
 ) -> int:
     """Publish tickets, at most `rate` a second when given."""
     p = plain_producer(bootstrap)
+    failed: list[str] = []
+
+    def on_delivery(err, msg) -> None:
+        if err is not None:
+            failed.append(f"{msg.key()!r}: {err}")
+
     start, n = time.monotonic(), 0
     for t in batch:
-        p.produce(topic, key=t["ticket_id"], value=body(t))
+        p.produce(topic, key=t["ticket_id"], value=body(t), on_delivery=on_delivery)
         n += 1
         p.poll(0)
         if on_progress:
@@ -59,6 +65,7 @@ def publish(
             if ahead > 0:
                 time.sleep(ahead)
     assert p.flush(30) == 0
+    assert not failed, f"{len(failed)} ticket(s) not published, e.g. {failed[:3]}"
     return n
 
 
@@ -108,3 +115,39 @@ def collect(bootstrap: str, topics: list[str], want, timeout_s: float = 180) -> 
 
 def keys_with(prefix: str, records: list[Message]) -> list[str]:
     return [m.key().decode() for m in records if m.key() and m.key().decode().startswith(prefix)]
+
+
+def trace_keys(bootstrap: str, prefix: str, keys: set[str], limit: int = 20) -> list[str]:
+    """Where records keyed by `keys` lie in every topic under `prefix` (for failure messages).
+
+    read_uncommitted, so that an aborted result shows up too; at most `limit` lines.
+    """
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"trace-{time.time_ns()}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    found: list[str] = []
+    try:
+        for topic in sorted(t for t in meta.topics if t.startswith(prefix)):
+            parts = [TopicPartition(topic, p, 0) for p in meta.topics[topic].partitions]
+            c.assign(parts)
+            left = len(parts)
+            while left and len(found) < limit:
+                msg = c.poll(2.0)
+                if msg is None:
+                    break
+                if msg.error():  # end of a partition
+                    left -= 1
+                elif msg.key() and msg.key().decode(errors="replace") in keys:
+                    found.append(f"{topic}[{msg.partition()}]@{msg.offset()} {msg.key()!r}")
+    finally:
+        c.close()
+    return found

@@ -18,7 +18,7 @@ import pytest
 from streams.admin import topic_size
 from streams.settings import Settings
 from streams.topics import Topics
-from tests.integration.kafka_helpers import ROUTES, Collector, publish, tickets
+from tests.integration.kafka_helpers import ROUTES, Collector, publish, tickets, trace_keys
 from ticketflow import services, stack
 from ticketflow.bench_pipeline import fused_definition
 
@@ -53,6 +53,21 @@ class PrivatePipeline:
     def results_for(self, batch: list[dict], timeout_s: float = 300) -> list:
         want = len(batch)
         return self.watch.until(lambda rs: len(count_results(rs)) >= want, timeout_s, 5)
+
+    def explain(self, missing: set[str]) -> str:
+        """Where a few lost tickets got to, and what the workers warned of."""
+        some = set(sorted(missing)[:5])
+        where = trace_keys(self.settings.kafka_bootstrap, self.settings.topic_prefix, some)
+        logs = sorted(
+            (self.settings.state_dir / "logs").glob(f"worker-{self.settings.topic_prefix}*")
+        )
+        warned = [
+            f"{log.name}: {line[:300]}"
+            for log in logs
+            for line in log.read_text(errors="replace").splitlines()
+            if "WARNING" in line or "ERROR" in line
+        ]
+        return f"{sorted(some)}; found at {where}; worker warnings (last 30): {warned[-30:]}"
 
     def close(self) -> None:
         if self.worker is not None:
@@ -95,9 +110,10 @@ def count_results(records) -> Counter:
     return Counter(m.key().decode() for m in records)
 
 
-def assert_exactly_once(batch: list[dict], records) -> None:
+def assert_exactly_once(batch: list[dict], records, pipeline: PrivatePipeline) -> None:
     counts = count_results(records)
-    assert set(counts) == {t["ticket_id"] for t in batch}, "tickets lost"
+    missing = {t["ticket_id"] for t in batch} - set(counts)
+    assert not missing, f"{len(missing)} ticket(s) lost: {pipeline.explain(missing)}"
     doubled = [k for k, n in counts.items() if n > 1]
     assert not doubled, f"{len(doubled)} tickets with two results, e.g. {doubled[:3]}"
 
@@ -119,7 +135,9 @@ def test_sigkill_mid_stream_loses_nothing_and_doubles_nothing(any_pipeline):
     pipeline.worker.kill()
     pipeline.start_worker()
     fused = "TICKETFLOW_WORKFLOW_FILE" in pipeline.env  # its known stall: give up sooner
-    assert_exactly_once(batch, pipeline.results_for(batch, timeout_s=120 if fused else 300))
+    assert_exactly_once(
+        batch, pipeline.results_for(batch, timeout_s=120 if fused else 300), pipeline
+    )
 
 
 def test_fused_steps_keep_every_audit_entry_and_decision_step(tmp_path, live_stack, gateway):
@@ -130,7 +148,7 @@ def test_fused_steps_keep_every_audit_entry_and_decision_step(tmp_path, live_sta
         batch = tickets(300, "fus", seed=45)
         p.publish(batch)
         results = p.results_for(batch, timeout_s=120)
-        assert_exactly_once(batch, results)
+        assert_exactly_once(batch, results, p)
         steps = ["validate", "clean", "features", "infer", "rules", "route"]
         for m in results:
             assert [e["step"] for e in orjson.loads(m.value())["decision_path"]] == steps
@@ -155,7 +173,7 @@ def test_broker_restart_mid_stream_loses_nothing_and_doubles_nothing(pipeline):
     pipeline.publish(batch[750:], rate=150)
     if pipeline.worker.process.poll() is not None:  # Faust gave up: a supervisor restarts it
         pipeline.start_worker()
-    assert_exactly_once(batch, pipeline.results_for(batch))
+    assert_exactly_once(batch, pipeline.results_for(batch), pipeline)
 
 
 def test_triton_outage_opens_the_breaker_degrades_and_recovers(pipeline):
@@ -171,7 +189,7 @@ def test_triton_outage_opens_the_breaker_degrades_and_recovers(pipeline):
     stack.start_part(pipeline.settings, "triton")
     feeder.join(120)
     records = pipeline.results_for(during, 180)
-    assert_exactly_once(during, records)
+    assert_exactly_once(during, records, pipeline)
     results = [orjson.loads(m.value()) for m in records]
     reasons = Counter((r["degraded_reason"] or "").split(":")[0] for r in results)
     assert reasons["CIRCUIT_OPEN"] > 0, reasons
@@ -210,7 +228,7 @@ def test_redis_outage_serves_fallbacks_and_tickets_still_complete(pipeline):
         records = pipeline.results_for(batch, 120)
     finally:
         stack.start_part(pipeline.settings, "redis")
-    assert_exactly_once(batch, records)
+    assert_exactly_once(batch, records, pipeline)
     results = [orjson.loads(m.value()) for m in records]
     assert all(f["is_fallback"] for r in results for f in r["features"].values())
     assert all(r["model_version"] is not None for r in results), "features down stopped inference"
@@ -258,6 +276,6 @@ def test_two_workers_split_the_partitions_and_a_kill_of_one_doubles_nothing(pipe
         assert _completed(pipeline.env) > 0 and _completed(second_env) > 0
         second.kill()  # the first worker takes its partitions over
         pipeline.publish(batch[1500:], rate=300)
-        assert_exactly_once(batch, pipeline.results_for(batch))
+        assert_exactly_once(batch, pipeline.results_for(batch), pipeline)
     finally:
         second.stop()

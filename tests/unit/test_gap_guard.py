@@ -9,6 +9,19 @@ from streams.topics import Topics
 
 TOPICS = Topics("p.")
 FEATURES = TP(TOPICS.step("features"), 1)
+TICKETS_IN = TP(TOPICS.tickets_in, 0)
+
+
+class FakeProbe:
+    """Answers from a fixed map of (first, end) -> holds records (True/False/None)."""
+
+    def __init__(self, answers: dict) -> None:
+        self.answers = answers
+        self.asked: list[tuple] = []
+
+    async def holds_records(self, tp, first, end):
+        self.asked.append((tp.topic, first, end))
+        return self.answers[(first, end)]
 
 
 class FakeConsumer:
@@ -16,6 +29,10 @@ class FakeConsumer:
         self.faust_gaps: list[tuple] = []
         self.seeks = 0
         self._committed_offset: dict = {}
+        self.assigned: set = {FEATURES, TICKETS_IN}
+
+    def assignment(self):
+        return self.assigned
 
     async def _add_gap(self, tp, offset_from, offset_to):
         self.faust_gaps.append((tp.topic, offset_from, offset_to))
@@ -24,10 +41,10 @@ class FakeConsumer:
         self.seeks += 1
 
 
-def guard(monkeypatch, stuck_s=0.0):
+def guard(monkeypatch, stuck_s=0.0, probe=None):
     monkeypatch.setattr(gaps, "STUCK_S", stuck_s)
     app = SimpleNamespace(consumer=FakeConsumer(), rebalancing=False)
-    g = GapGuard(app, TOPICS.carries_envelopes)
+    g = GapGuard(app, TOPICS.carries_envelopes, probe)
     g.install()
     return g, app.consumer
 
@@ -93,3 +110,57 @@ def test_no_rewind_during_a_rebalance(monkeypatch):
 
     asyncio.run(scenario())
     assert consumer.seeks == 1
+
+
+def test_a_jump_over_transaction_markers_on_tickets_in_goes_to_faust(monkeypatch):
+    probe = FakeProbe({(5, 7): False})
+    g, consumer = guard(monkeypatch, probe=probe)
+
+    async def scenario():
+        await consumer._add_gap(TICKETS_IN, 5, 7)
+        assert consumer.faust_gaps == []  # not before the probe has looked
+        await g.check()
+
+    asyncio.run(scenario())
+    assert probe.asked == [(TOPICS.tickets_in, 5, 7)]
+    assert consumer.faust_gaps == [(TOPICS.tickets_in, 5, 7)] and consumer.seeks == 0
+
+
+def test_records_skipped_on_tickets_in_are_held_and_read_again(monkeypatch):
+    g, consumer = guard(monkeypatch, probe=FakeProbe({(40, 42): True}))
+
+    async def scenario():
+        await consumer._add_gap(TICKETS_IN, 40, 42)  # one ticket (offset 41) dropped
+        consumer._committed_offset[TICKETS_IN] = 40
+        await g.check()
+
+    asyncio.run(scenario())
+    assert consumer.faust_gaps == []  # Faust would have committed past offset 41
+    assert consumer.seeks == 1
+
+
+def test_a_probe_that_cannot_tell_yet_is_asked_again(monkeypatch):
+    probe = FakeProbe({(8, 12): None})
+    g, consumer = guard(monkeypatch, probe=probe)
+
+    async def scenario():
+        await consumer._add_gap(TICKETS_IN, 8, 12)
+        await g.check()
+        probe.answers[(8, 12)] = False
+        await g.check()
+
+    asyncio.run(scenario())
+    assert len(probe.asked) == 2
+    assert consumer.faust_gaps == [(TOPICS.tickets_in, 8, 12)] and consumer.seeks == 0
+
+
+def test_a_revoked_partition_is_forgotten(monkeypatch):
+    g, consumer = guard(monkeypatch)
+
+    async def scenario():
+        await consumer._add_gap(FEATURES, 3, 9)
+        consumer.assigned = set()  # its next owner seeks to the committed offset itself
+        await g.check()
+
+    asyncio.run(scenario())
+    assert consumer.seeks == 0
