@@ -37,8 +37,8 @@ STUCK_S = 5.0  # a partition's commit held below a gap this long is read again
 
 
 class Probe(Protocol):
-    async def holds_records(self, tp: Any, first: int, end: int) -> bool | None:
-        """Whether offsets [first, end) of tp hold a record (None: could not tell yet)."""
+    async def next_record(self, tp: Any, first: int) -> int | None:
+        """The offset of tp's first record at or after `first` (None: cannot tell yet)."""
 
 
 class GapGuard:
@@ -89,19 +89,18 @@ class GapGuard:
                 del jumps[tp]
 
     async def _verify(self) -> None:
-        assert self.probe is not None or not self._unverified
+        """One probe answers for every jump below the record it finds."""
         for tp, spans in list(self._unverified.items()):
             while spans:
-                first, end = spans[0]
-                holds = await self.probe.holds_records(tp, first, end)  # type: ignore[union-attr]
-                if holds is None:
+                found = await self.probe.next_record(tp, spans[0][0])  # type: ignore[union-attr]
+                if found is None:
                     break  # try again on the next tick
-                spans.pop(0)
-                if holds:
+                while spans and spans[0][1] <= found:  # markers or deleted records only
+                    await self._faust_add_gap(tp, *spans.pop(0))  # type: ignore[misc]
+                if spans and spans[0][0] <= found:  # a record Faust never gave us
+                    first, end = spans.pop(0)
                     log.warning("%s[%d]: the fetcher skipped records %d..%d", *_at(tp), first, end)
                     self._hold(tp, first)
-                else:  # markers or deleted records: let Faust commit past them
-                    await self._faust_add_gap(tp, first, end)  # type: ignore[misc]
             if not spans:
                 del self._unverified[tp]
 
@@ -151,19 +150,19 @@ class KafkaProbe:
         self._isolation_level = isolation_level
         self._consumer: AIOKafkaConsumer | None = None
 
-    async def holds_records(self, tp: Any, first: int, end: int) -> bool | None:
+    async def next_record(self, tp: Any, first: int) -> int | None:
         consumer = await self._started()
         part = TopicPartition(tp.topic, tp.partition)
         consumer.assign([part])
-        start = max(first, (await consumer.beginning_offsets([part]))[part])
-        if start >= end:  # deleted by retention meanwhile: nothing left to read
-            return False
-        consumer.seek(part, start)
+        log_start = (await consumer.beginning_offsets([part]))[part]
+        consumer.seek(part, max(first, log_start))
         batch = await consumer.getmany(part, timeout_ms=2000, max_records=1)
         records = batch.get(part, [])
-        if not records:
-            return None  # an open transaction holds read_committed back, or a slow broker
-        return records[0].offset < end
+        if records:
+            return records[0].offset
+        # nothing yet: an open transaction holds read_committed back, or a slow broker;
+        # but whatever retention deleted below the log start is no record any more
+        return log_start if log_start > first else None
 
     async def _started(self) -> AIOKafkaConsumer:
         if self._consumer is None:

@@ -13,15 +13,15 @@ TICKETS_IN = TP(TOPICS.tickets_in, 0)
 
 
 class FakeProbe:
-    """Answers from a fixed map of (first, end) -> holds records (True/False/None)."""
+    """Answers from a fixed map: first offset asked -> next record's offset (or None)."""
 
     def __init__(self, answers: dict) -> None:
         self.answers = answers
         self.asked: list[tuple] = []
 
-    async def holds_records(self, tp, first, end):
-        self.asked.append((tp.topic, first, end))
-        return self.answers[(first, end)]
+    async def next_record(self, tp, first):
+        self.asked.append((tp.topic, first))
+        return self.answers[first]
 
 
 class FakeConsumer:
@@ -113,40 +113,47 @@ def test_no_rewind_during_a_rebalance(monkeypatch):
 
 
 def test_a_jump_over_transaction_markers_on_tickets_in_goes_to_faust(monkeypatch):
-    probe = FakeProbe({(5, 7): False})
+    probe = FakeProbe({5: 7})  # offsets 5-6: a commit marker and an abort's marker
     g, consumer = guard(monkeypatch, probe=probe)
 
     async def scenario():
         await consumer._add_gap(TICKETS_IN, 5, 7)
+        await consumer._add_gap(TICKETS_IN, 8, 10)
         assert consumer.faust_gaps == []  # not before the probe has looked
+        probe.answers[5] = 10  # the next record is the one Faust read after the second jump
         await g.check()
 
     asyncio.run(scenario())
-    assert probe.asked == [(TOPICS.tickets_in, 5, 7)]
-    assert consumer.faust_gaps == [(TOPICS.tickets_in, 5, 7)] and consumer.seeks == 0
+    assert probe.asked == [(TOPICS.tickets_in, 5)]  # one probe answered for both jumps
+    assert consumer.faust_gaps == [(TOPICS.tickets_in, 5, 7), (TOPICS.tickets_in, 8, 10)]
+    assert consumer.seeks == 0
 
 
 def test_records_skipped_on_tickets_in_are_held_and_read_again(monkeypatch):
-    g, consumer = guard(monkeypatch, probe=FakeProbe({(40, 42): True}))
+    # offsets 5-6 are markers; after offset 40 the ticket at 41 was dropped by the fetcher
+    probe = FakeProbe({5: 7, 41: 41})
+    g, consumer = guard(monkeypatch, probe=probe)
 
     async def scenario():
-        await consumer._add_gap(TICKETS_IN, 40, 42)  # one ticket (offset 41) dropped
+        await consumer._add_gap(TICKETS_IN, 5, 7)
+        await consumer._add_gap(TICKETS_IN, 41, 42)
+        probe.answers[5] = 41
         consumer._committed_offset[TICKETS_IN] = 40
         await g.check()
 
     asyncio.run(scenario())
-    assert consumer.faust_gaps == []  # Faust would have committed past offset 41
+    assert consumer.faust_gaps == [(TOPICS.tickets_in, 5, 7)]  # never past offset 41
     assert consumer.seeks == 1
 
 
 def test_a_probe_that_cannot_tell_yet_is_asked_again(monkeypatch):
-    probe = FakeProbe({(8, 12): None})
+    probe = FakeProbe({8: None})
     g, consumer = guard(monkeypatch, probe=probe)
 
     async def scenario():
         await consumer._add_gap(TICKETS_IN, 8, 12)
         await g.check()
-        probe.answers[(8, 12)] = False
+        probe.answers[8] = 12
         await g.check()
 
     asyncio.run(scenario())
