@@ -48,7 +48,10 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
 
     @app.timer(0.5)
     async def _gap_clock() -> None:
-        await gaps.check()
+        try:
+            await gaps.check()
+        except Exception:  # a seek during a broker outage: the next tick tries again
+            log.warning("gap guard check failed", exc_info=True)
 
     @app.page("/metrics")
     async def _metrics(web, request):

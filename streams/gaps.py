@@ -92,7 +92,11 @@ class GapGuard:
         """One probe answers for every jump below the record it finds."""
         for tp, spans in list(self._unverified.items()):
             while spans:
-                found = await self.probe.next_record(tp, spans[0][0])  # type: ignore[union-attr]
+                try:
+                    found = await self.probe.next_record(tp, spans[0][0])  # type: ignore[union-attr]
+                except Exception as exc:  # the broker is away: the commit simply waits
+                    log.warning("%s[%d]: gap probe failed (%r); retrying", *_at(tp), exc)
+                    found = None
                 if found is None:
                     break  # try again on the next tick
                 while spans and spans[0][1] <= found:  # markers or deleted records only

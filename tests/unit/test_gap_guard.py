@@ -171,3 +171,24 @@ def test_a_revoked_partition_is_forgotten(monkeypatch):
 
     asyncio.run(scenario())
     assert consumer.seeks == 0
+
+
+def test_a_failing_probe_is_asked_again_and_acknowledges_nothing(monkeypatch):
+    class Unreachable(FakeProbe):
+        async def next_record(self, tp, first):
+            self.asked.append((tp.topic, first))
+            if len(self.asked) == 1:
+                raise ConnectionError("broker down")
+            return 9
+
+    probe = Unreachable({})
+    g, consumer = guard(monkeypatch, probe=probe)
+
+    async def scenario():
+        await consumer._add_gap(TICKETS_IN, 3, 9)
+        await g.check()
+        assert consumer.faust_gaps == []
+        await g.check()
+
+    asyncio.run(scenario())
+    assert consumer.faust_gaps == [(TOPICS.tickets_in, 3, 9)]
