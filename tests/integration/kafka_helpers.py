@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 
 import orjson
-from confluent_kafka import Consumer, Message, Producer
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from inference_gateway.model.corpus import generate
 
@@ -122,14 +123,12 @@ def trace_keys(bootstrap: str, prefix: str, keys: set[str], limit: int = 20) -> 
 
     read_uncommitted, so that an aborted result shows up too; at most `limit` lines.
     """
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import AdminClient
-
     meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"trace-{time.time_ns()}",
+            "isolation.level": "read_uncommitted",  # librdkafka's default is read_committed
             "enable.auto.commit": False,
             "enable.partition.eof": True,
         }
