@@ -71,6 +71,7 @@ from streams.headers import (
 )
 from streams.producer import AsyncProducer, TransactionalProducer
 from streams.settings import Settings
+from streams.tables import WriteBehindTable
 from streams.topics import Topics
 
 log = logging.getLogger(__name__)
@@ -147,7 +148,17 @@ class WorkflowEngine:
         self.settings = settings
         self.topics = Topics(settings.topic_prefix)
         self.deps = deps
-        self.state = app.Table("ticket_state", default=None, partitions=settings.partitions)
+        self.producer = AsyncProducer(settings.kafka_bootstrap)
+        self.state = app.tables.add(
+            WriteBehindTable(
+                app,
+                name="ticket_state",
+                default=None,
+                beacon=app.tables.beacon,
+                partitions=settings.partitions,
+            )
+        )
+        self.state.write_through(self.producer)
         inference = InferenceStep(deps.gateway, self._deadline_ms)
         self.breaker = inference.breaker
         self.handlers: dict[str, Handler] = {
@@ -156,7 +167,6 @@ class WorkflowEngine:
             "inference_call": inference,
             "rule_engine": RuleEngineStep(),
         }
-        self.producer = AsyncProducer(settings.kafka_bootstrap)
         self.ledger = CompletionLedger(settings.kafka_bootstrap, self.topics.completed)
         self._txn: dict[int, TransactionalProducer] = {}
         self._ledger_locks: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -225,6 +235,7 @@ class WorkflowEngine:
         self.app.agent(_raw_topic(self.app, topic), name=f"step-{step.name}")(run)
 
     def close(self) -> None:
+        self.state.flush_changelog()
         self.producer.close()
         for producer in self._txn.values():
             producer.close()
@@ -249,6 +260,9 @@ class WorkflowEngine:
             log.warning("route partition warm-up failed: %r", task.exception())
 
     async def _on_revoked(self, app: faust.App, revoked: set, **_: Any) -> None:
+        # the next owner restores these partitions from the changelog: write it first
+        self.state.flush_changelog({tp.partition for tp in revoked})
+        await self.producer.drain()
         for tp in revoked:
             if tp.topic == self._route_topic:  # the next owner fences this producer: let it go
                 committing = self._committing.get(tp.partition)
@@ -609,6 +623,7 @@ class WorkflowEngine:
         """Until every queued result is committed (called before offsets are committed)."""
         while self._committing:
             await asyncio.gather(*list(self._committing.values()), return_exceptions=True)
+        self.state.flush_changelog()  # the state these inputs wrote, before their offsets
         await self.producer.drain()
 
     async def _owned(self, partition: int) -> TransactionalProducer:

@@ -14,7 +14,7 @@ from feature_jobs.reader import OnlineFeatureReader
 from feature_jobs.views import VIEWS
 from inference_gateway.client import GatewayClient
 from streams.admin import ensure_topics, pipeline_topics
-from streams.app import create_app
+from streams.app import create_app, use_uvloop
 from streams.gaps import GapGuard, KafkaProbe
 from streams.settings import Settings
 
@@ -91,6 +91,7 @@ def run_worker(settings: Settings, loglevel: str = "warning") -> None:
     # the clients log every produced record at DEBUG: building those records is measurable
     for name in ("aiokafka", "faust", "mode"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    use_uvloop()
     app, _ = build_worker(settings)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True)
     worker.execute_from_commandline()

@@ -33,7 +33,7 @@ from feature_jobs.store import MARK_BUILT_LUA, REFRESH_BUILT_LUA, ViewKeys, mark
 from feature_jobs.writer import FeatureWriter
 from schemas.features import FeatureView
 from streams.admin import ensure_topics
-from streams.app import create_app
+from streams.app import create_app, use_uvloop
 from streams.codecs import encode
 from streams.settings import Settings
 from streams.topics import Topics
@@ -378,13 +378,7 @@ def run_job(
     views: dict[str, FeatureView],
     loglevel: str = "warning",
 ) -> None:
-    try:  # libuv's loop: the consumer's per-message tasks cost less on it (about 15 %)
-        import mode.loop
-        import uvloop  # noqa: F401
-
-        mode.loop.use("uvloop")
-    except ImportError:
-        pass
+    use_uvloop()
     for name in ("aiokafka", "faust", "mode"):
         logging.getLogger(name).setLevel(logging.WARNING)
     # before Faust subscribes: a topic missing then is only seen at the next metadata refresh

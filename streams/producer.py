@@ -32,7 +32,15 @@ BASE_CONFIG: dict[str, Any] = {
 class AsyncProducer:
     def __init__(self, bootstrap: str, **config: Any) -> None:
         self._producer = Producer(
-            {"bootstrap.servers": bootstrap, **BASE_CONFIG, "error_cb": self._on_error, **config}
+            {
+                "bootstrap.servers": bootstrap,
+                **BASE_CONFIG,
+                # a Python callback per delivered record takes the GIL from the event loop
+                # thousands of times a second; only failures need one (drain() reads them)
+                "delivery.report.only.error": True,
+                "error_cb": self._on_error,
+                **config,
+            }
         )
         self._failed: list[KafkaError] = []
         self._closed = threading.Event()
