@@ -38,7 +38,9 @@ def create_app(settings: Settings, app_id: str = "ticketflow", **overrides: Any)
         "consumer_auto_offset_reset": "earliest",
         # tickets are small; a short linger batches produce calls without adding latency
         "producer_linger": 0.002,
-        "broker_commit_every": 1000,
+        # commit on the timer only: a count-based commit runs inside Faust's fetch loop and
+        # stops delivery until our outputs are flushed (a stall every second under load)
+        "broker_commit_every": 10_000_000,
         "broker_commit_interval": settings.commit_interval_s,
         "stream_wait_empty": False,
         # a killed worker's partitions move on after this, not after Faust's default 60 s
@@ -47,5 +49,7 @@ def create_app(settings: Settings, app_id: str = "ticketflow", **overrides: Any)
         "table_cleanup_interval": 60.0,
         "autodiscover": False,
     }
+    if settings.worker_id:  # static membership (KIP-345): a restart is not a rebalance
+        options["consumer_group_instance_id"] = f"{app_id}-{settings.worker_id}"
     options.update(overrides)
     return faust.App(f"{settings.topic_prefix}{app_id}", **options)

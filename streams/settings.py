@@ -37,6 +37,10 @@ class Settings(BaseSettings):
     # how often the steps commit their input offsets (after their outputs are delivered):
     # it bounds the work a crashed worker redoes, not the latency of a ticket
     commit_interval_s: float = Field(1.0, gt=0, le=10)
+    # a stable name per worker (a StatefulSet pod's name) makes it a static member of its
+    # consumer group: restarted under the same name it takes its partitions straight back
+    # instead of waiting out the session timeout; unset or empty, membership is dynamic
+    worker_id: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]{0,128}$")
     workflow_file: Path = REPO_ROOT / "agents" / "workflows" / "ticket_classify.yaml"
     # Kafka controller port of the local single-node KRaft stack
     kafka_controller_port: int = 9093

@@ -95,11 +95,15 @@ FUSED_STALL = pytest.mark.xfail(
 )
 
 
-@pytest.fixture(params=["topic-per-step", pytest.param("fused", marks=FUSED_STALL)])
+@pytest.fixture(
+    params=["topic-per-step", "static-member", pytest.param("fused", marks=FUSED_STALL)]
+)
 def any_pipeline(request, tmp_path, live_stack, gateway, worker):
     env = {}
     if request.param == "fused":
         env["TICKETFLOW_WORKFLOW_FILE"] = str(fused_workflow(tmp_path))
+    if request.param == "static-member":  # its successor takes the partitions straight back
+        env["TICKETFLOW_WORKER_ID"] = "w1"
     p = PrivatePipeline(**env)
     p.start_worker()
     yield p
