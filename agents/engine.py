@@ -232,7 +232,10 @@ class WorkflowEngine:
             async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
                 await until_done(f"step {step.name}", handle, step, events)
 
-        self.app.agent(_raw_topic(self.app, topic), name=f"step-{step.name}")(run)
+        agent = self.app.agent(
+            _raw_topic(self.app, topic), name=f"step-{step.name}", concurrency=step.concurrency
+        )
+        agent(run)
 
     def close(self) -> None:
         self.state.flush_changelog()
@@ -262,7 +265,10 @@ class WorkflowEngine:
     async def _on_revoked(self, app: faust.App, revoked: set, **_: Any) -> None:
         # the next owner restores these partitions from the changelog: write it first
         self.state.flush_changelog({tp.partition for tp in revoked})
-        await self.producer.drain()
+        try:
+            await self.producer.drain()
+        except KafkaException as exc:  # their inputs stay uncommitted: the next owner redoes them
+            log.warning("state of revoked partitions not confirmed written: %s", exc)
         for tp in revoked:
             if tp.topic == self._route_topic:  # the next owner fences this producer: let it go
                 committing = self._committing.get(tp.partition)

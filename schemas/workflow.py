@@ -113,6 +113,10 @@ class Step(BaseModel):
     # what follows: a step name, or branches tried in order (the last without `when`);
     # default: the next step in the list
     next: StepName | list[Branch] | None = None
+    # batches of this step in flight at once in each worker: more for a step that waits on
+    # a service (features, infer), so one slow call does not hold up the step's topic.
+    # Tickets are independent and each is in one step at a time, so order is not at stake
+    concurrency: int = Field(1, ge=1, le=16)
 
     @model_validator(mode="after")
     def _type_needs(self) -> Step:
@@ -127,6 +131,11 @@ class Step(BaseModel):
             raise ValueError(f"step {self.name!r} of type rule_engine needs `rules`")
         if self.type == "router" and not self.routes:
             raise ValueError(f"step {self.name!r} of type router needs `routes`")
+        if self.type == "router" and self.concurrency != 1:
+            raise ValueError(
+                f"step {self.name!r}: a router runs one batch at a time (concurrency 1): "
+                "its results commit in order, partition by partition"
+            )
         if isinstance(self.next, list) and (not self.next or self.next[-1].when is not None):
             raise ValueError(
                 f"step {self.name!r}: the last branch of `next` needs no `when`, "
@@ -202,6 +211,15 @@ class WorkflowDefinition(BaseModel):
                     )
             elif any(self.step(n).type == "validator" for n in group):
                 raise ValueError(f"{where}: the validator can only start a group")
+            # a group runs in its first step's agent, so that step's concurrency is the
+            # group's; with the router in the group it must be one (see Step.concurrency)
+            if any(self.step(n).type == "router" for n in group):
+                parallel = [n for n in group if self.step(n).concurrency != 1]
+                if parallel:
+                    raise ValueError(
+                        f"{where}: steps fused with the router run one batch at a time, "
+                        f"but {parallel} ask for concurrency above 1"
+                    )
 
     def fused(self, current: str, nxt: str) -> bool:
         """Whether `nxt` runs in the same agent right after `current` (no hop)."""

@@ -48,6 +48,9 @@ def mutate(fn):
             "duplicate",
         ),
         (lambda d: d.update(deadline_ms="soon"), "deadline_ms"),
+        (lambda d: d["steps"][3].update(concurrency=0), "steps.infer.concurrency"),
+        (lambda d: d["steps"][3].update(concurrency=17), "steps.infer.concurrency"),
+        (lambda d: d["steps"][5].update(concurrency=2), "a router runs one batch at a time"),
     ],
 )
 def test_bad_definitions_are_refused_naming_the_field(change, message):
@@ -183,3 +186,18 @@ def test_bad_fusion_is_refused(groups, message):
     with pytest.raises(DefinitionError) as err:
         parse_definition(fused(groups))
     assert message in str(err.value)
+
+
+def test_a_step_waiting_on_a_service_may_run_several_batches_at_once():
+    d = parse_definition(mutate(lambda d: d["steps"][3].update(concurrency=4)))
+    assert d.step("infer").concurrency == 4
+    assert parse_definition(base()).step("features").concurrency == 1  # the default
+
+
+def test_steps_fused_with_the_router_keep_to_one_batch_at_a_time():
+    data = fused([["features", "infer", "rules", "route"]])
+    data["steps"][2]["concurrency"] = 2  # features starts the group, so runs the router
+    with pytest.raises(DefinitionError, match=r"fused with the router .*\['features'\]"):
+        parse_definition(data)
+    data["fuse"] = [["validate", "clean"]]  # unfused, features may run two batches at once
+    assert parse_definition(data).step("features").concurrency == 2
