@@ -26,6 +26,9 @@ BASE_CONFIG: dict[str, Any] = {
     "partitioner": "murmur2_random",
     "linger.ms": 1,
     "enable.idempotence": True,
+    # librdkafka leaves Nagle's algorithm on; our records are small and latency-bound, and
+    # linger.ms already batches them (asyncio, so aiokafka, turns Nagle off too)
+    "socket.nagle.disable": True,
 }
 
 

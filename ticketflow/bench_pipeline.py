@@ -26,6 +26,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 import yaml
@@ -53,6 +54,8 @@ console = Console()
 HOPS = 6  # validate, clean, features, infer, rules, route
 LOADS = (0.25, 0.5, 0.75)
 WARM_UP = 200  # tickets through each variant before its measurements
+BREAKDOWN_LOAD = 0.5  # the load whose results give the per-step breakdown
+BETWEEN = "between steps"
 
 
 @dataclass
@@ -191,13 +194,15 @@ async def _measure(
         offered = max(1.0, rate * load)
         count = max(50, int(offered * 8))  # about 8 s of traffic
         t = progress.add_task(f"{variant.name}: {int(load * 100)} % load", total=None)
-        _, lat, _ = await _run_load(
+        _, lat, at_load = await _run_load(
             settings, source, sinks, _tickets(count, f"{run}-{load}"), offered
         )
         variant.latency_ms[f"{int(load * 100)}%"] = {
             "offered_per_s": round(offered, 1),
             **_percentiles(lat),
         }
+        if load == BREAKDOWN_LOAD:  # a sustainable load: the burst's breakdown is its queue
+            values = at_load
         progress.update(t, completed=1, total=1)
     return values
 
@@ -442,10 +447,15 @@ def _restore_seconds(settings: Settings) -> float:
 
 
 def _step_breakdown(values: list[bytes]) -> dict[str, float]:
+    """Mean ms in each step, and between them: what the workflow's latency spent elsewhere
+    than in a step (Kafka hops, waiting for a batch), from validation to the result."""
     per_step: dict[str, list[float]] = defaultdict(list)
     for value in values:
-        for entry in orjson.loads(value).get("decision_path", []):
+        result = orjson.loads(value)
+        path = result.get("decision_path", [])
+        for entry in path:
             per_step[entry["step"]].append(entry["latency_ms"])
+        per_step[BETWEEN].append(result["latency_ms"] - sum(e["latency_ms"] for e in path))
     return {s: round(statistics.mean(v), 3) for s, v in per_step.items()}
 
 
@@ -496,11 +506,14 @@ def _plot(variants: list[Variant], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (left, middle, right) = plt.subplots(
+        1, 3, figsize=(16, 4.4), gridspec_kw={"width_ratios": [1.2, 1.2, 0.8]}
+    )
     for v in variants:
         offered = [x["offered_per_s"] for x in v.latency_ms.values()]
         left.plot(offered, [x["p50"] for x in v.latency_ms.values()], "o--", label=f"{v.name} p50")
         left.plot(offered, [x["p99"] for x in v.latency_ms.values()], "o-", label=f"{v.name} p99")
+    left.axhline(100, color="grey", linewidth=0.8, linestyle=":")  # the p99 target
     left.set(
         xlabel="offered load (tickets/s)",
         ylabel="end-to-end latency (ms)",
@@ -509,13 +522,27 @@ def _plot(variants: list[Variant], path: Path) -> None:
         title="latency against offered load",
     )
     left.legend(fontsize=7)
-    width = 0.4
-    for i, v in enumerate(variants[2:]):
-        steps = v.steps_ms
-        xs = [j + (i - 0.5) * width for j in range(len(steps))]
-        right.bar(xs, list(steps.values()), width, label=v.name)
-        right.set_xticks(range(len(steps)), list(steps))
-    right.set(ylabel="mean ms in step", title="ticketflow: per-step latency")
-    right.legend(fontsize=7)
+    _bars(middle, variants[2:], lambda v: v.steps_ms)
+    middle.set(
+        ylabel="mean ms", title=f"ticketflow at {int(BREAKDOWN_LOAD * 100)} % load: where time goes"
+    )
+    _bars(
+        right,
+        variants[2:],
+        lambda v: {kind.replace("_", " "): r["flowing_again_s"] for kind, r in v.recovery.items()},
+    )
+    right.axhline(10, color="grey", linewidth=0.8, linestyle=":")  # the recovery target
+    right.set(ylabel="seconds", title="SIGKILL: until results flow again")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def _bars(ax: Any, variants: list[Variant], series: Callable[[Variant], dict]) -> None:
+    """Grouped bars: one group per key of `series`, one bar per variant."""
+    width = 0.8 / len(variants)
+    for i, v in enumerate(variants):
+        values = series(v)
+        xs = [j + (i - (len(variants) - 1) / 2) * width for j in range(len(values))]
+        ax.bar(xs, list(values.values()), width, label=v.name)
+        ax.set_xticks(range(len(values)), list(values), fontsize=8, rotation=20)
+    ax.legend(fontsize=7)
