@@ -14,7 +14,7 @@ from feature_jobs.reader import OnlineFeatureReader
 from feature_jobs.views import VIEWS
 from inference_gateway.client import GatewayClient
 from streams.admin import ensure_topics, pipeline_topics
-from streams.app import create_app, use_uvloop
+from streams.app import create_app, tune_gc, use_uvloop
 from streams.gaps import GapGuard, KafkaProbe
 from streams.settings import Settings
 
@@ -97,5 +97,6 @@ def run_worker(settings: Settings, loglevel: str = "warning") -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     use_uvloop()
     app, _ = build_worker(settings)
+    tune_gc()
     worker = faust.Worker(app, loglevel=loglevel, quiet=True)
     worker.execute_from_commandline()
