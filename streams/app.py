@@ -51,7 +51,8 @@ def create_app(settings: Settings, app_id: str = "ticketflow", **overrides: Any)
         # tickets are small; a short linger batches produce calls without adding latency
         "producer_linger": 0.002,
         # commit on the timer only: a count-based commit runs inside Faust's fetch loop and
-        # stops delivery until our outputs are flushed (a stall every second under load)
+        # stops delivery until our outputs are flushed (p50 at 150 tickets/s went from 300
+        # to 234 ms in one A/B pair of runs)
         "broker_commit_every": 10_000_000,
         "broker_commit_interval": settings.commit_interval_s,
         "stream_wait_empty": False,

@@ -38,6 +38,8 @@ class Produce(Protocol):
 
 
 class WriteBehindTable(faust.Table):
+    """For plain key-value tables: the key expiry of windowed tables is not kept here."""
+
     # newest value per (partition, key) since the last flush
     _dirty: dict[tuple[int, Any], Any]
     _sink: Produce | None = None

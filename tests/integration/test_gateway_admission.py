@@ -82,7 +82,10 @@ async def test_a_full_queue_answers_429_at_once(triton: RecordingTriton) -> None
     refused = [t for code, t in results if code == "OVERLOADED"]
     served = [t for code, t in results if code == "ok"]
     assert refused, "a queue of 8 must overflow with 40 callers"
-    assert max(refused) < 0.25  # at once, not after waiting
+    # at once, not after waiting for room (room is made only when a batch completes): every
+    # refusal is back before the first input is served. A bound in seconds failed on a
+    # loaded machine (all 32 refusals at 0.26 s against 0.25); here 22 ms against 55 ms.
+    assert max(refused) < min(served)
     assert len(refused) + len(served) == 40
     assert len(triton.sent) == len(served)  # a refused input never reached Triton
 
