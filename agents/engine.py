@@ -263,12 +263,6 @@ class WorkflowEngine:
             log.warning("route partition warm-up failed: %r", task.exception())
 
     async def _on_revoked(self, app: faust.App, revoked: set, **_: Any) -> None:
-        # the next owner restores these partitions from the changelog: write it first
-        self.state.flush_changelog({tp.partition for tp in revoked})
-        try:
-            await self.producer.drain()
-        except KafkaException as exc:  # their inputs stay uncommitted: the next owner redoes them
-            log.warning("state of revoked partitions not confirmed written: %s", exc)
         for tp in revoked:
             if tp.topic == self._route_topic:  # the next owner fences this producer: let it go
                 committing = self._committing.get(tp.partition)
@@ -629,7 +623,9 @@ class WorkflowEngine:
         """Until every queued result is committed (called before offsets are committed)."""
         while self._committing:
             await asyncio.gather(*list(self._committing.values()), return_exceptions=True)
-        self.state.flush_changelog()  # the state these inputs wrote, before their offsets
+        # the state these inputs wrote, before their offsets; Faust flushes here on a
+        # revocation too, so the next owner of a partition restores its newest state
+        self.state.flush_changelog()
         await self.producer.drain()
 
     async def _owned(self, partition: int) -> TransactionalProducer:
