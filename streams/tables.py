@@ -66,16 +66,11 @@ class WriteBehindTable(faust.Table):
         self._dirty[(partition, key)] = _DELETED
         self._sensor_on_del(self, key)
 
-    def flush_changelog(self, partitions: set[int] | None = None) -> int:
-        """Queue the pending writes (of `partitions`, or all) on the sink; how many."""
+    def flush_changelog(self) -> int:
+        """Queue every pending write on the sink; how many."""
         if self._sink is None:
             raise RuntimeError(f"table {self.name}: write_through() was never called")
-        if partitions is None:
-            pending, self._dirty = self._dirty, {}
-        else:
-            pending = {pk: v for pk, v in self._dirty.items() if pk[0] in partitions}
-            for pk in pending:
-                del self._dirty[pk]
+        pending, self._dirty = self._dirty, {}
         topic = self.changelog_topic
         name = topic.get_topic_name()
         for (partition, key), value in pending.items():

@@ -60,18 +60,6 @@ def test_a_deleted_key_is_flushed_as_a_tombstone(table):
     assert sink.records == [("wbt-test-state-changelog", "0-x", None, 0)]
 
 
-def test_a_partial_flush_writes_only_the_named_partitions_and_keeps_the_rest(table):
-    sink = Sink()
-    table.write_through(sink)
-    table["1-a"] = {"n": 1}
-    table["2-b"] = {"n": 2}
-    assert table.flush_changelog({2}) == 1
-    assert [r[1] for r in sink.records] == ["2-b"]
-    assert table.dirty == 1
-    table.flush_changelog()
-    assert [r[1] for r in sink.records] == ["2-b", "1-a"]
-
-
 def test_flushing_without_a_sink_is_a_clear_error(table):
     table["1-a"] = {"n": 1}
     with pytest.raises(RuntimeError, match="write_through"):
