@@ -42,7 +42,7 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
 
     # Faust would commit past records its fetcher dropped: read them again (streams/gaps.py)
     isolation = "read_committed" if app.in_transaction else "read_uncommitted"
-    probe = KafkaProbe(settings.kafka_bootstrap, isolation)
+    probe = KafkaProbe(settings.kafka_bootstrap, app.conf.id, isolation)
     gaps = GapGuard(app, engine.topics.carries_envelopes, probe)
     gaps.install()
 
@@ -93,8 +93,9 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
 
 def run_worker(settings: Settings, loglevel: str = "warning") -> None:
     # the clients log every produced record at DEBUG: building those records is measurable
+    level = max(logging.INFO, logging.getLevelName(loglevel.upper()))
     for name in ("aiokafka", "faust", "mode"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+        logging.getLogger(name).setLevel(level)
     use_uvloop()
     app, _ = build_worker(settings)
     tune_gc()

@@ -104,8 +104,11 @@ def start_gateway(settings: Settings, env: dict[str, str] | None = None) -> Serv
 
 
 def start_worker(
-    settings: Settings, env: dict[str, str] | None = None, log_name: str = "worker"
+    settings: Settings,
+    env: dict[str, str] | None = None,
+    log_name: str = "worker",
+    loglevel: str = "warning",
 ) -> Service:
-    service = start("worker", ["worker"], settings, env, log_name=log_name)
+    service = start("worker", ["worker", "--loglevel", loglevel], settings, env, log_name=log_name)
     wait_until(lambda: worker_ready(settings), service, 90, "serving")
     return service

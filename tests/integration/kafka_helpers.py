@@ -118,10 +118,13 @@ def keys_with(prefix: str, records: list[Message]) -> list[str]:
     return [m.key().decode() for m in records if m.key() and m.key().decode().startswith(prefix)]
 
 
-def trace_keys(bootstrap: str, prefix: str, keys: set[str], limit: int = 20) -> list[str]:
+def trace_keys(
+    bootstrap: str, prefix: str, keys: set[str], per_topic: int = 6, limit: int = 60
+) -> list[str]:
     """Where records keyed by `keys` lie in every topic under `prefix` (for failure messages).
 
-    read_uncommitted, so that an aborted result shows up too; at most `limit` lines.
+    read_uncommitted, so that an aborted result shows up too; at most `per_topic` lines per
+    topic (so a busy audit topic cannot hide the step topics) and `limit` in all.
     """
     meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
     c = Consumer(
@@ -138,8 +141,8 @@ def trace_keys(bootstrap: str, prefix: str, keys: set[str], limit: int = 20) -> 
         for topic in sorted(t for t in meta.topics if t.startswith(prefix)):
             parts = [TopicPartition(topic, p, 0) for p in meta.topics[topic].partitions]
             c.assign(parts)
-            left = len(parts)
-            while left and len(found) < limit:
+            left, here = len(parts), 0
+            while left and here < per_topic and len(found) < limit:
                 msg = c.poll(2.0)
                 if msg is None:
                     break
@@ -147,6 +150,7 @@ def trace_keys(bootstrap: str, prefix: str, keys: set[str], limit: int = 20) -> 
                     left -= 1
                 elif msg.key() and msg.key().decode(errors="replace") in keys:
                     found.append(f"{topic}[{msg.partition()}]@{msg.offset()} {msg.key()!r}")
+                    here += 1
     finally:
         c.close()
     return found

@@ -45,7 +45,8 @@ class PrivatePipeline:
     def start_worker(self) -> None:
         self._starts += 1
         name = f"worker-{self.settings.topic_prefix}{self._starts}"
-        self.worker = services.start_worker(self.settings, self.env, log_name=name)
+        # at info, so that a lost ticket's failure message can quote what the workers did
+        self.worker = services.start_worker(self.settings, self.env, name, loglevel="info")
 
     def publish(self, batch: list[dict], rate: float | None = None) -> None:
         publish(self.settings.kafka_bootstrap, self.topics.tickets_in, batch, rate)
@@ -56,18 +57,23 @@ class PrivatePipeline:
 
     def explain(self, missing: set[str]) -> str:
         """Where a few lost tickets got to, and what the workers warned of."""
-        some = set(sorted(missing)[:5])
-        where = trace_keys(self.settings.kafka_bootstrap, self.settings.topic_prefix, some)
+        some = sorted(missing)[:5]
+        # one ticket's whole path: which step topics it reached, and what the state says
+        where = trace_keys(self.settings.kafka_bootstrap, self.settings.topic_prefix, {some[0]})
         logs = sorted(
             (self.settings.state_dir / "logs").glob(f"worker-{self.settings.topic_prefix}*")
         )
-        warned = [
-            f"{log.name}: {line[:300]}"
+        lines = [
+            (log.name, line[:300])
             for log in logs
             for line in log.read_text(errors="replace").splitlines()
-            if "WARNING" in line or "ERROR" in line
         ]
-        return f"{sorted(some)}; found at {where}; worker warnings (last 30): {warned[-30:]}"
+        warned = [f"{n}: {line}" for n, line in lines if "WARNING" in line or "ERROR" in line]
+        told = [f"{n}: {line}" for n, line in lines if f"{some[0]} " in line]
+        return (
+            f"{some}; {some[0]} found at {where}; the workers on {some[0]}: {told[-10:]}; "
+            f"worker warnings (last 30): {warned[-30:]}"
+        )
 
     def close(self) -> None:
         if self.worker is not None:

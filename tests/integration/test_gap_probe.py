@@ -1,11 +1,12 @@
-"""The gap guard's probe against the real broker: transaction markers are not records."""
+"""The gap guard's probe against the real broker: transaction markers are not records, and
+a partition's head is its group's committed offset."""
 
 from __future__ import annotations
 
 import uuid
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from faust.types import TP
 
 from streams.admin import ensure_topics
@@ -36,7 +37,7 @@ def topic(live_stack: Settings) -> str:
 
 
 async def test_the_probe_steps_over_transaction_markers(live_stack: Settings, topic: str) -> None:
-    probe = KafkaProbe(live_stack.kafka_bootstrap, "read_uncommitted")
+    probe = KafkaProbe(live_stack.kafka_bootstrap, f"g-{topic}", "read_uncommitted")
     tp = TP(topic, 0)
     try:
         assert await probe.next_record(tp, 1) == 1
@@ -49,8 +50,26 @@ async def test_the_probe_steps_over_transaction_markers(live_stack: Settings, to
 async def test_read_committed_probe_passes_over_aborted_records(
     live_stack: Settings, topic: str
 ) -> None:
-    probe = KafkaProbe(live_stack.kafka_bootstrap, "read_committed")
+    probe = KafkaProbe(live_stack.kafka_bootstrap, f"g-{topic}", "read_committed")
     try:
         assert await probe.next_record(TP(topic, 0), 2) == 5  # marker, aborted, marker
+    finally:
+        await probe.close()
+
+
+async def test_the_head_is_the_groups_committed_offset_else_the_log_start(
+    live_stack: Settings, topic: str
+) -> None:
+    group = f"g-{topic}"
+    probe = KafkaProbe(live_stack.kafka_bootstrap, group)
+    tp = TP(topic, 0)
+    try:
+        assert await probe.head(tp) == 0  # nothing committed: where earliest reads from
+        c = Consumer({"bootstrap.servers": live_stack.kafka_bootstrap, "group.id": group})
+        try:
+            c.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
+        finally:
+            c.close()
+        assert await probe.head(tp) == 3
     finally:
         await probe.close()

@@ -1,4 +1,5 @@
 import asyncio
+from collections import defaultdict
 from types import SimpleNamespace
 
 from faust.types import TP
@@ -15,13 +16,18 @@ TICKETS_IN = TP(TOPICS.tickets_in, 0)
 class FakeProbe:
     """Answers from a fixed map: first offset asked -> next record's offset (or None)."""
 
-    def __init__(self, answers: dict) -> None:
+    def __init__(self, answers: dict, heads: dict | None = None) -> None:
         self.answers = answers
+        self.heads = heads or {}
         self.asked: list[tuple] = []
 
     async def next_record(self, tp, first):
         self.asked.append((tp.topic, first))
         return self.answers[first]
+
+    async def head(self, tp):
+        self.asked.append((tp.topic, "head"))
+        return self.heads[tp]
 
 
 class FakeConsumer:
@@ -29,7 +35,16 @@ class FakeConsumer:
         self.faust_gaps: list[tuple] = []
         self.seeks = 0
         self._committed_offset: dict = {}
+        self._acked: defaultdict = defaultdict(list)
+        self._acked_index: defaultdict = defaultdict(set)
         self.assigned: set = {FEATURES, TICKETS_IN}
+
+    def _new_offset(self, tp):
+        return "faust's"
+
+    def acked(self, tp, offsets) -> None:
+        self._acked[tp].extend(offsets)
+        self._acked_index[tp].update(offsets)
 
     def assignment(self):
         return self.assigned
@@ -192,3 +207,50 @@ def test_a_failing_probe_is_asked_again_and_acknowledges_nothing(monkeypatch):
 
     asyncio.run(scenario())
     assert consumer.faust_gaps == [(TOPICS.tickets_in, 3, 9)]
+
+
+# ---- the commit's head check --------------------------------------------------------------
+
+
+def test_the_run_from_the_committed_offset_is_committed(monkeypatch):
+    _, consumer = guard(monkeypatch, stuck_s=60.0)
+    consumer._committed_offset[FEATURES] = 10
+    consumer.acked(FEATURES, [12, 10, 11, 14])
+    assert consumer._new_offset(FEATURES) == 13
+    assert consumer._acked[FEATURES] == [14] and consumer._acked_index[FEATURES] == {14}
+
+
+def test_a_one_record_hole_at_the_head_is_held_and_read_again(monkeypatch):
+    g, consumer = guard(monkeypatch)
+    consumer._committed_offset[FEATURES] = 10
+    consumer.acked(FEATURES, [11, 12, 13])  # Faust would commit 14, past record 10
+    assert consumer._new_offset(FEATURES) is None
+    asyncio.run(g.rewind_if_needed())
+    assert consumer.seeks == 1
+
+
+def test_offsets_acknowledged_again_below_the_head_are_dropped(monkeypatch):
+    _, consumer = guard(monkeypatch, stuck_s=60.0)
+    consumer._committed_offset[FEATURES] = 10
+    consumer.acked(FEATURES, [8, 9, 10, 11])
+    assert consumer._new_offset(FEATURES) == 12
+    assert consumer._acked_index[FEATURES] == set()
+
+
+def test_an_unknown_head_is_asked_of_the_broker_before_anything_is_committed(monkeypatch):
+    # after a rebalance, before Faust's seek: an event from before it is acknowledged
+    probe = FakeProbe({}, heads={FEATURES: 250})
+    g, consumer = guard(monkeypatch, stuck_s=60.0, probe=probe)
+    consumer.acked(FEATURES, [300, 301])
+    assert consumer._new_offset(FEATURES) is None  # Faust would commit 302, past 250..299
+    asyncio.run(g.check())
+    assert probe.asked == [(FEATURES.topic, "head")]
+    assert consumer._new_offset(FEATURES) is None  # 250..299 are not processed yet
+    consumer.acked(FEATURES, range(250, 300))
+    assert consumer._new_offset(FEATURES) == 302
+
+
+def test_other_topics_keep_fausts_commit(monkeypatch):
+    _, consumer = guard(monkeypatch)
+    consumer.acked(TICKETS_IN, [5])
+    assert consumer._new_offset(TICKETS_IN) == "faust's"
