@@ -6,6 +6,7 @@ import logging
 
 import faust
 import mode
+from faust.exceptions import ConsumerNotStarted
 from prometheus_client import generate_latest
 
 from agents.definition import load_definition, load_earlier_versions
@@ -63,7 +64,10 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
         # ready = partitions assigned and every table restored from its changelog
         recovery = app.tables.recovery
         recovered = recovery.completed.is_set()
-        assigned = bool(app.consumer.assignment()) if app.consumer else False
+        try:
+            assigned = bool(app.consumer.assignment())
+        except ConsumerNotStarted:  # asked before the consumer has started: not ready
+            assigned = False
         ok = recovered and assigned and not app.rebalancing
         body = {"ready": ok, "recovered": recovered, "assigned": assigned}
         # how long the last table restore took (Faust keeps no public figure for it)

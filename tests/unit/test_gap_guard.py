@@ -3,6 +3,7 @@ from collections import defaultdict
 from types import SimpleNamespace
 
 from faust.types import TP
+from intervaltree import IntervalTree
 
 from streams import gaps
 from streams.gaps import GapGuard
@@ -37,6 +38,7 @@ class FakeConsumer:
         self._committed_offset: dict = {}
         self._acked: defaultdict = defaultdict(list)
         self._acked_index: defaultdict = defaultdict(set)
+        self._gap: defaultdict = defaultdict(IntervalTree)
         self.assigned: set = {FEATURES, TICKETS_IN}
 
     def _new_offset(self, tp):
@@ -254,3 +256,32 @@ def test_other_topics_keep_fausts_commit(monkeypatch):
     _, consumer = guard(monkeypatch)
     consumer.acked(TICKETS_IN, [5])
     assert consumer._new_offset(TICKETS_IN) == "faust's"
+
+
+def test_a_hole_of_transaction_markers_on_tickets_in_is_probed_then_passed(monkeypatch):
+    probe = FakeProbe({10: 11})  # offset 10: the marker after the last commit
+    g, consumer = guard(monkeypatch, stuck_s=60.0, probe=probe)
+    consumer._committed_offset[TICKETS_IN] = 10
+    consumer.acked(TICKETS_IN, [11, 12])
+    assert consumer._new_offset(TICKETS_IN) is None  # not before the probe has looked
+    asyncio.run(g.check())
+    assert consumer._new_offset(TICKETS_IN) == 13
+
+
+def test_a_record_never_processed_on_tickets_in_is_held_and_read_again(monkeypatch):
+    probe = FakeProbe({10: 10})  # offset 10 is a ticket: Faust would commit past it
+    g, consumer = guard(monkeypatch, probe=probe)
+    consumer._committed_offset[TICKETS_IN] = 10
+    consumer.acked(TICKETS_IN, [11, 12])
+    assert consumer._new_offset(TICKETS_IN) is None
+    asyncio.run(g.check())  # the probe finds the record, and the guard reads it again
+    assert consumer._new_offset(TICKETS_IN) is None
+    assert consumer.seeks == 1
+
+
+def test_jumps_handed_to_faust_still_count_as_acknowledged(monkeypatch):
+    _, consumer = guard(monkeypatch, probe=FakeProbe({}))
+    consumer._committed_offset[TICKETS_IN] = 5
+    consumer._gap[TICKETS_IN].addi(5, 8)  # markers, as the probe found
+    consumer.acked(TICKETS_IN, [8, 9])
+    assert consumer._new_offset(TICKETS_IN) == 10

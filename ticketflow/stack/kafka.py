@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -398,9 +399,32 @@ def verify_transactions(settings: Settings, timeout_s: float = 60.0) -> None:
     """Commit one transaction (a record plus consumer offsets), as exactly-once producers do.
 
     This also creates `__transaction_state` and `__consumer_offsets`, so the first real
-    exactly-once producer does not wait for them.
+    exactly-once producer does not wait for them. A broker that has just restarted answers
+    "coordinator load in progress" while it reloads its transaction log: asked again.
     """
-    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+    from confluent_kafka import KafkaError, KafkaException
+
+    loading = {
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.CONCURRENT_TRANSACTIONS,
+    }
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            _commit_one_transaction(settings, timeout_s)
+            return
+        except KafkaException as exc:
+            err = exc.args[0]
+            if time.monotonic() < deadline and (err.retriable() or err.code() in loading):
+                time.sleep(1.0)
+                continue
+            raise StackError(f"a transactional producer could not commit on Kafka: {exc}") from exc
+
+
+def _commit_one_transaction(settings: Settings, timeout_s: float) -> None:
+    from confluent_kafka import Consumer, Producer, TopicPartition
 
     topic = f"{settings.topic_prefix}ticketflow-stack-txn-check"
     group = f"{settings.topic_prefix}ticketflow-stack-txn-check"
@@ -422,8 +446,6 @@ def verify_transactions(settings: Settings, timeout_s: float = 60.0) -> None:
             [TopicPartition(topic, 0, 1)], consumer.consumer_group_metadata(), timeout_s
         )
         producer.commit_transaction(timeout_s)
-    except KafkaException as exc:
-        raise StackError(f"a transactional producer could not commit on Kafka: {exc}") from exc
     finally:
         consumer.close()
 
