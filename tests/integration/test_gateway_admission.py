@@ -126,10 +126,13 @@ async def test_a_deadline_the_queue_cannot_meet_is_refused_at_once(
                 for i in range(64)
             ]
             await asyncio.sleep(0.05)
-            code, took = await timed(client.predict(MODEL, ticket(999), 50, version="v2"))
+            with pytest.raises(GatewayError) as refused:
+                await client.predict(MODEL, ticket(999), 50, version="v2")
             await asyncio.gather(*backlog)
     finally:
         await server.stop()
-    assert code in ("OVERLOADED", "TIMEOUT")
-    assert took < 0.04, f"refused after {took * 1000:.0f} ms, not at once"
+    assert refused.value.code.value in ("OVERLOADED", "TIMEOUT")
+    # by admission, before it queued: not a timeout after waiting out the 50 ms (a bound
+    # in milliseconds failed on a busy machine at 65 ms, so the path is checked instead)
+    assert "refused at once" in refused.value.message, refused.value.message
     assert "my parcel has not arrived, order 999" not in triton.sent
