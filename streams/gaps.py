@@ -129,6 +129,8 @@ class GapGuard:
     def _nothing_between(self, tp: Any, head: int, first: int) -> bool:
         """Whether [head, first) holds no record; until known, the commit waits."""
         if self.trusted(tp.topic):  # every offset is a record: wait, or read it again
+            if tp not in self._pending:
+                log.info("%s[%d]: commit held at %d, %d acknowledged first", *_at(tp), head, first)
             self._hold(tp, head)
             return False
         if self._empty_holes.pop(tp, None) == (head, first):
