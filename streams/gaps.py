@@ -75,9 +75,8 @@ class GapGuard:
         # partition -> its committed offset as the broker told us, while Faust knows none
         self._heads: dict[Any, int] = {}
         self._unknown_heads: set[Any] = set()
-        # partition -> (head, first acknowledged offset): to probe / probed and empty
+        # partition -> (head, first acknowledged offset): a hole at the commit's head to probe
         self._holes: dict[Any, tuple[int, int]] = {}
-        self._empty_holes: dict[Any, tuple[int, int]] = {}
         self._last_rewind = 0.0
 
     def install(self) -> None:
@@ -108,6 +107,8 @@ class GapGuard:
         head = consumer._committed_offset.get(tp)
         if head is None:
             head = self._heads.get(tp)
+        if head is None and self.probe is None:  # nobody to ask: Faust's rule, not no commit
+            return self._faust_new_offset(tp)  # type: ignore[misc]
         if head is None:  # held until check() has asked the broker
             self._unknown_heads.add(tp)
             return None
@@ -133,8 +134,6 @@ class GapGuard:
                 log.info("%s[%d]: commit held at %d, %d acknowledged first", *_at(tp), head, first)
             self._hold(tp, head)
             return False
-        if self._empty_holes.pop(tp, None) == (head, first):
-            return True
         self._holes[tp] = (head, first)  # markers, or records skipped: check() probes
         return False
 
@@ -160,42 +159,44 @@ class GapGuard:
 
     async def _resolve_heads(self) -> None:
         consumer = self.app.consumer
-        while self._unknown_heads and self.probe is not None:
+        while self._unknown_heads:
             tp = self._unknown_heads.pop()
             if tp not in consumer.assignment() or consumer._committed_offset.get(tp) is not None:
                 continue
             try:
-                self._heads[tp] = await self.probe.head(tp)
+                self._heads[tp] = await self.probe.head(tp)  # type: ignore[union-attr]
             except Exception as exc:  # the broker is away: the commit simply waits
                 log.warning("%s[%d]: committed offset not known (%r)", *_at(tp), exc)
                 self._unknown_heads.add(tp)
                 return
 
     async def _probe_holes(self) -> None:
+        consumer = self.app.consumer
         for tp, (head, first) in list(self._holes.items()):
-            try:
-                found = await self.probe.next_record(tp, head)  # type: ignore[union-attr]
-            except Exception as exc:
-                log.warning("%s[%d]: gap probe failed (%r); retrying", *_at(tp), exc)
-                return
+            found = await self._next_record(tp, head)
             if found is None:
                 continue
             del self._holes[tp]
-            if found >= first:  # transaction markers only: the commit may pass them
-                self._empty_holes[tp] = (head, first)
+            if found >= first:  # markers only: counted as acknowledged, as Faust counts gaps
+                # (not through Faust's _add_gap, which leaves out the committed offset)
+                consumer._gap[tp].addi(head, first)
             else:
                 log.warning("%s[%d]: records %d..%d were never processed", *_at(tp), head, first)
                 self._hold(tp, head)
+
+    async def _next_record(self, tp: Any, first: int) -> int | None:
+        """The probe's answer; None, to ask again on the next tick, when it cannot tell."""
+        try:
+            return await self.probe.next_record(tp, first)  # type: ignore[union-attr]
+        except Exception as exc:  # the broker is away: the commit simply waits
+            log.warning("%s[%d]: gap probe failed (%r); retrying", *_at(tp), exc)
+            return None
 
     async def _verify(self) -> None:
         """One probe answers for every jump below the record it finds."""
         for tp, spans in list(self._unverified.items()):
             while spans:
-                try:
-                    found = await self.probe.next_record(tp, spans[0][0])  # type: ignore[union-attr]
-                except Exception as exc:  # the broker is away: the commit simply waits
-                    log.warning("%s[%d]: gap probe failed (%r); retrying", *_at(tp), exc)
-                    found = None
+                found = await self._next_record(tp, spans[0][0])
                 if found is None:
                     break  # try again on the next tick
                 while spans and spans[0][1] <= found:  # markers or deleted records only
@@ -253,7 +254,7 @@ def _at(tp: Any) -> tuple[str, int]:
 
 
 class KafkaProbe:
-    """Reads a skipped range with a consumer of its own (no group, nothing committed).
+    """Reads a skipped range with a consumer of its own (joins no group, commits nothing).
 
     Its isolation level must be the worker's: what read_committed legitimately skips
     (aborted records) a read_uncommitted reader would have been given. It names the

@@ -58,7 +58,7 @@ class PrivatePipeline:
     def explain(self, missing: set[str]) -> str:
         """Where a few lost tickets got to, and what the workers warned of."""
         some = sorted(missing)[:5]
-        # one ticket's whole path: which step topics it reached, and what the state says
+        # one ticket's whole path: the step, state and result topics that hold it
         where = trace_keys(self.settings.kafka_bootstrap, self.settings.topic_prefix, {some[0]})
         logs = sorted(
             (self.settings.state_dir / "logs").glob(f"worker-{self.settings.topic_prefix}*")
