@@ -13,6 +13,8 @@ Headers = list[tuple[str, bytes]]
 DLQ_PREFIX = "x-dlq-"
 REPLAY_COUNT = "x-replay-count"
 EXCEPTION_LIMIT = 2000
+# far above any sane max_replays: a longer count is forged, and int() of it costs nothing
+REPLAY_COUNT_DIGITS = 6
 
 
 def new_trace_id() -> str:
@@ -44,6 +46,25 @@ def to_dict(headers: Iterable[tuple[str, bytes]] | Mapping[str, bytes] | None) -
         return {}
     items = headers.items() if isinstance(headers, Mapping) else headers
     return {k: (v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)) for k, v in items}
+
+
+def replay_count(value: str | bytes | None) -> int | None:
+    """The replays a record has had: 0 when the header is missing, None when it is forged.
+
+    Only ASCII digits of bounded length count: a negative, empty, huge, non-integer or
+    non-UTF-8 value could otherwise reset or overflow the count and replay a record for ever,
+    so callers treat None as "no replays left".
+    """
+    if value is None:
+        return 0
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("ascii")
+        except UnicodeDecodeError:
+            return None
+    if not 0 < len(value) <= REPLAY_COUNT_DIGITS or not (value.isascii() and value.isdigit()):
+        return None
+    return int(value)
 
 
 @dataclass(frozen=True)
