@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from schemas.tickets import ErrorClass
+from schemas.workflow import RetryableCode
 
 
 class StepError(Exception):
@@ -23,7 +24,10 @@ class BadRecord(StepError):
 class RetryableError(StepError):
     """A dependency that may answer next time (overloaded, timed out, unavailable)."""
 
-    def __init__(self, reason: str, code: str = "UNAVAILABLE") -> None:
+    # a code that retry_on can name: a step's policy_for() finds its own policy for it
+    DEFAULT_CODE: RetryableCode = "MODEL_UNAVAILABLE"
+
+    def __init__(self, reason: str, code: str = DEFAULT_CODE) -> None:
         super().__init__(reason)
         self.reason = reason
         self.code = code
