@@ -101,10 +101,22 @@ def worker(loglevel: str = "warning") -> None:
 
 @app.command()
 def gateway(
-    max_batch_size: Annotated[int, typer.Option(help="largest batch sent to Triton")] = 32,
-    max_queue_delay_us: Annotated[int, typer.Option(help="longest wait to fill a batch")] = 2000,
+    # None when not given: the gateway's config then reads TICKETFLOW_GATEWAY_* (a default
+    # written here would override the environment without a word)
+    max_batch_size: Annotated[
+        int | None,
+        typer.Option(
+            help="largest batch sent to Triton (default: TICKETFLOW_GATEWAY_MAX_BATCH_SIZE)"
+        ),
+    ] = None,
+    max_queue_delay_us: Annotated[
+        int | None,
+        typer.Option(
+            help="longest wait to fill a batch (default: TICKETFLOW_GATEWAY_MAX_QUEUE_DELAY_US)"
+        ),
+    ] = None,
 ) -> None:
-    """Run the batching inference gateway in front of Triton."""
+    """Run the batching inference gateway in front of Triton (defaults: 32, 2000 µs)."""
     from inference_gateway.server import run
 
     s = _settings()
