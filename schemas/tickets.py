@@ -6,15 +6,29 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 TicketId = Annotated[
     str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
 ]
+MAX_TEXT_CHARS = 20_000
 
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def _assume_utc(value: datetime) -> datetime:
+    # a time without an offset is read as UTC (as the feature store always read it): an
+    # offset-naive datetime cannot be compared with ours, and would crash the step doing so
+    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
+# every datetime on a topic: ISO 8601 with or without an offset, always aware once read
+UtcDatetime = Annotated[datetime, AfterValidator(_assume_utc)]
+# JSON has no NaN or infinity, but pydantic's parser accepts them: refuse them, since a
+# latency of NaN or a confidence of infinity would fail a result built from it later
+FINITE = ConfigDict(allow_inf_nan=False)
 
 
 class Category(str, Enum):
@@ -48,11 +62,11 @@ class Ticket(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     ticket_id: TicketId
-    text: Annotated[str, StringConstraints(min_length=1, max_length=20_000)]
+    text: Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEXT_CHARS)]
     user_id: str | None = Field(None, max_length=128)
     channel: Channel | None = None
     language: str | None = Field(None, max_length=16)
-    created_at: datetime
+    created_at: UtcDatetime
     metadata: dict[str, str] = Field(default_factory=dict)
 
 
@@ -67,6 +81,8 @@ class StepStatus(str, Enum):
 class DecisionStep(BaseModel):
     """One entry of a decision path: what a step did for a ticket."""
 
+    model_config = FINITE
+
     step: str
     status: StepStatus
     attempt: int = Field(1, ge=1)
@@ -80,6 +96,8 @@ class FeatureValue(BaseModel):
 
 
 class Prediction(BaseModel):
+    model_config = FINITE
+
     category: Category
     confidence: float = Field(ge=0, le=1)
     scores: dict[str, float] = Field(default_factory=dict)
@@ -121,15 +139,17 @@ class Envelope(BaseModel):
     arrival: str
     # SHA-256 of the ticket text, for audit records (which never hold the text itself)
     input_sha256: str = ""
-    started_at: datetime
+    started_at: UtcDatetime
     # for the retry tiers: when the envelope is due back at `step`
-    not_before: datetime | None = None
+    not_before: UtcDatetime | None = None
     context: Context = Field(default_factory=Context)
     path: list[DecisionStep] = Field(default_factory=list)
 
 
 class TicketResult(BaseModel):
     """The one result of a ticket, on `tickets.out.<route>`."""
+
+    model_config = FINITE
 
     ticket_id: TicketId
     route: str
@@ -142,7 +162,7 @@ class TicketResult(BaseModel):
     features: dict[str, FeatureValue] = Field(default_factory=dict)
     decision_path: list[DecisionStep]
     latency_ms: float = Field(ge=0)
-    completed_at: datetime
+    completed_at: UtcDatetime
     trace_id: str | None = None
     workflow: str | None = None
     workflow_version: int | None = None
@@ -155,11 +175,13 @@ class ReviewDecision(BaseModel):
     category: Category
     reviewer: str = "anonymous"
     note: str | None = Field(None, max_length=2000)
-    decided_at: datetime = Field(default_factory=utcnow)
+    decided_at: UtcDatetime = Field(default_factory=utcnow)
 
 
 class AuditRecord(BaseModel):
     """One step's audit entry on `tickets.audit`: never the raw text, only its SHA-256."""
+
+    model_config = FINITE
 
     ticket_id: TicketId
     trace_id: str
@@ -172,7 +194,7 @@ class AuditRecord(BaseModel):
     input_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     model_version: str | None = None
     detail: str | None = None
-    at: datetime = Field(default_factory=utcnow)
+    at: UtcDatetime = Field(default_factory=utcnow)
 
 
 class ErrorClass(str, Enum):
