@@ -115,7 +115,8 @@ class RuleOutcome(BaseModel):
 class Context(BaseModel):
     """What the steps have accumulated for a ticket so far."""
 
-    clean_text: str | None = None
+    # bounded like the ticket's text: an envelope carrying more would fail at inference
+    clean_text: Annotated[str, StringConstraints(max_length=MAX_TEXT_CHARS)] | None = None
     features: dict[str, FeatureValue] = Field(default_factory=dict)
     prediction: Prediction | None = None
     degraded: bool = False

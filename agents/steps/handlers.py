@@ -7,8 +7,12 @@ Steps work on a batch of envelopes at a time (what one poll of the step's topic 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+
+import orjson
+from pydantic import ValidationError
 
 from agents.breaker import CircuitBreaker
 from agents.errors import BadRecord, RetryableError
@@ -17,10 +21,11 @@ from agents.steps.rules import RULES, RuleInput, apply_rules
 from feature_jobs.reader import OnlineFeatureReader
 from inference_gateway.client import GatewayClient
 from inference_gateway.errors import GatewayError
-from schemas.gateway import ErrorCode, PredictInput, PredictResponse
+from schemas.gateway import ErrorCode, PredictInput, PredictOutput, PredictResponse
 from schemas.tickets import Category, Envelope, ErrorClass, Prediction
 from schemas.workflow import Step
 
+log = logging.getLogger(__name__)
 Outcomes = list[BaseException | None]
 
 
@@ -92,8 +97,11 @@ class InferenceStep(Handler):
     and the gateway an HTTP request, its JSON and its batcher entry per ticket (tickets past
     their workflow deadline, called for advice, go in a call of their own). Each call is
     checked against the breaker once and recorded once; its budget is the smallest of its
-    tickets'. The gateway refuses a whole request for one bad input (INVALID_INPUT, 400), so
-    such a call is made again one ticket per call, and only the bad ticket is dead-lettered.
+    tickets'. An input this side can already tell is invalid (see `predict_input`) never
+    joins a call; the gateway refuses a whole request for one bad input (INVALID_INPUT, 400),
+    so such a call is split in halves until the bad ticket is alone (about 2 log2 n calls
+    for one bad ticket among n), and only it is dead-lettered. Neither counts against the
+    breaker: invalid input is the caller's fault, not the gateway's.
     """
 
     def __init__(
@@ -143,35 +151,45 @@ class InferenceStep(Handler):
     async def _call(self, envs: list[Envelope], step: Step) -> Outcomes:
         """One gateway call for `envs` (those with time left), their outcomes in order."""
         outcomes: Outcomes = [None] * len(envs)
-        budgets = [self._budget(env, step) for env in envs]
         # under 1 ms is no time at all (and timeout_ms 0 would be refused as invalid input)
         late = GatewayError(ErrorCode.TIMEOUT, "no time left in the workflow deadline")
         calling: list[int] = []
-        for i, budget in enumerate(budgets):
-            if budget >= 1:
-                calling.append(i)
-            else:
-                outcomes[i] = self._failure(envs[i], late)
+        items: list[PredictInput] = []
+        budgets: list[float] = []
+        for i, env in enumerate(envs):
+            budget = self._budget(env, step)
+            if budget < 1:
+                outcomes[i] = self._failure(env, late)
+                continue
+            try:
+                items.append(predict_input(env))
+            except BadRecord as exc:  # refused here, so it cannot spoil the others' call
+                outcomes[i] = exc
+                continue
+            calling.append(i)
+            budgets.append(budget)
         if not calling:
             return outcomes  # no call, so nothing for the breaker to count
         called = [envs[i] for i in calling]
-        budget_ms = min(budgets[i] for i in calling)
-        for i, outcome in zip(calling, await self._guarded(called, budget_ms, step), strict=True):
+        answered = await self._guarded(called, items, min(budgets), step)
+        for i, outcome in zip(calling, answered, strict=True):
             outcomes[i] = outcome
         return outcomes
 
-    async def _guarded(self, envs: list[Envelope], budget_ms: float, step: Step) -> Outcomes:
+    async def _guarded(
+        self, envs: list[Envelope], items: list[PredictInput], budget_ms: float, step: Step
+    ) -> Outcomes:
         """The call behind the breaker: one check, one record; predictions set on success."""
         if not self.breaker.allow():
             for env in envs:
                 degrade(env, "CIRCUIT_OPEN: inference gateway failing, call skipped")
             return [None] * len(envs)
         try:
-            resp = await self._predict(envs, budget_ms, step)
+            resp = await self._predict(items, budget_ms, step)
         except GatewayError as exc:
             self.breaker.record(ok=exc.code == ErrorCode.INVALID_INPUT)
             if exc.code == ErrorCode.INVALID_INPUT and len(envs) > 1:
-                return await self._one_by_one(envs, step)
+                return await self._bisect(envs, step)
             return [self._failure(env, exc) for env in envs]
         except Exception as exc:  # whatever ends the call must count, or a probe never returns
             self.breaker.record(ok=False)
@@ -181,20 +199,17 @@ class InferenceStep(Handler):
             raise
         self.breaker.record(ok=True)
         for env, out in zip(envs, resp.outputs, strict=True):
-            env.context.prediction = Prediction(
-                category=Category(out.label),
-                confidence=out.confidence,
-                scores=out.scores,
-                model_name=resp.model,
-                # the version that answered this ticket (a request may mix canary versions)
-                model_version=out.version or resp.version,
-            )
+            _set_prediction(env, resp, out)
         return [None] * len(envs)
 
-    async def _one_by_one(self, envs: list[Envelope], step: Step) -> Outcomes:
-        # the gateway refused the whole call for some input: find which, one ticket per call
-        results = await asyncio.gather(*(self._call([env], step) for env in envs))
-        return [outcome for [outcome] in results]
+    async def _bisect(self, envs: list[Envelope], step: Step) -> Outcomes:
+        # the gateway refused the whole call for some input: each half is called again,
+        # and a half refused again is split again, until the bad tickets are alone
+        middle = len(envs) // 2
+        halves = await asyncio.gather(
+            self._call(envs[:middle], step), self._call(envs[middle:], step)
+        )
+        return [*halves[0], *halves[1]]
 
     def _budget(self, env: Envelope, step: Step) -> float:
         timeout = step.timeout_ms or 300
@@ -202,15 +217,9 @@ class InferenceStep(Handler):
             return timeout
         return min(timeout, remaining_ms(env, self._deadline_ms(env)))
 
-    async def _predict(self, envs: list[Envelope], budget_ms: float, step: Step) -> PredictResponse:
-        items = [
-            PredictInput(
-                id=env.ticket.ticket_id,
-                text=env.context.clean_text or env.ticket.text,
-                features={k: v.value for k, v in env.context.features.items()},
-            )
-            for env in envs
-        ]
+    async def _predict(
+        self, items: list[PredictInput], budget_ms: float, step: Step
+    ) -> PredictResponse:
         resp = await self._client.predict(step.model or "", items, timeout_ms=int(budget_ms))
         # outputs are matched to tickets by position: an answer that does not line up is
         # the gateway's fault, not the tickets'
@@ -230,3 +239,37 @@ class InferenceStep(Handler):
             return RetryableError(exc.message, code=exc.code.value)
         degrade(env, f"inference {exc.code.value}: {exc.message}")
         return None
+
+
+def model_text(env: Envelope) -> str:
+    """What the model reads: the cleaned text, or the ticket's own when cleaning left none
+    (a ticket of markup only); both are 1 to MAX_TEXT_CHARS characters."""
+    return env.context.clean_text or env.ticket.text
+
+
+def predict_input(env: Envelope) -> PredictInput:
+    """The ticket as one gateway input, or BadRecord(INFERENCE_INVALID_INPUT) for a ticket
+    the gateway would refuse (and with it every ticket sharing its call)."""
+    features = {name: f.value for name, f in env.context.features.items()}
+    try:
+        orjson.dumps(features)  # what the client will send: integers past 64 bits fail
+        return PredictInput(id=env.ticket.ticket_id, text=model_text(env), features=features)
+    except (TypeError, ValidationError) as exc:
+        reason = f"input the gateway cannot take: {exc}"[:500]
+        raise BadRecord(ErrorClass.INFERENCE_INVALID_INPUT, reason) from None
+
+
+def _set_prediction(env: Envelope, resp: PredictResponse, out: PredictOutput) -> None:
+    """Set the ticket's prediction; an answer that is no prediction degrades it alone."""
+    try:
+        env.context.prediction = Prediction(
+            category=Category(out.label),
+            confidence=out.confidence,
+            scores=out.scores,
+            model_name=resp.model,
+            # the version that answered this ticket (a request may mix canary versions)
+            model_version=out.version or resp.version,
+        )
+    except (ValueError, ValidationError) as exc:  # an unknown label, a confidence past 1
+        log.warning("gateway answer for %s is no prediction: %s", env.ticket.ticket_id, exc)
+        degrade(env, f"inference {ErrorCode.INTERNAL.value}: answer is no prediction")

@@ -240,7 +240,7 @@ async def test_an_internal_error_degrades_the_whole_batch():
     assert all("INTERNAL" in e.context.degraded_reason for e in envs)
 
 
-async def test_invalid_input_in_a_batch_falls_back_to_one_call_per_ticket():
+async def test_invalid_input_in_a_batch_is_split_until_the_bad_ticket_is_alone():
     gw, breaker = RefusesBad(), CountingBreaker()
     envs = [envelope("a"), envelope("bad"), envelope("c")]
     outcomes = await InferenceStep(gw, DEADLINE, breaker).run_batch(envs, STEP)
@@ -248,10 +248,19 @@ async def test_invalid_input_in_a_batch_falls_back_to_one_call_per_ticket():
     assert isinstance(outcomes[1], BadRecord)
     assert outcomes[1].error_class == ErrorClass.INFERENCE_INVALID_INPUT
     assert gw.calls[0] == ["a", "bad", "c"]
-    assert sorted(gw.calls[1:]) == [["a"], ["bad"], ["c"]]
+    assert sorted(gw.calls[1:]) == [["a"], ["bad"], ["bad", "c"], ["c"]]
     assert envs[0].context.prediction is not None and envs[1].context.prediction is None
     # invalid input is the caller's fault, not the gateway's: every call counts as ok
-    assert breaker.checks == 4 and breaker.records == [True] * 4
+    assert breaker.checks == 5 and breaker.records == [True] * 5
+
+
+async def test_one_bad_ticket_among_many_costs_a_few_calls_not_one_per_ticket():
+    gw = RefusesBad()
+    envs = [envelope(f"t{i}") for i in range(200)]
+    envs[137] = envelope("bad")
+    outcomes = await InferenceStep(gw, DEADLINE).run_batch(envs, STEP)
+    assert [i for i, o in enumerate(outcomes) if o is not None] == [137]
+    assert len(gw.calls) <= 2 * 8 + 1  # two calls per halving, log2(200) < 8 halvings
 
 
 async def test_the_budget_is_the_smallest_of_the_batch():
