@@ -10,10 +10,15 @@ fencing any previous owner, and skips a ticket already in it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from agents.records import ledger_key
+
+log = logging.getLogger(__name__)
 
 
 class CompletionLedger:
@@ -57,11 +62,26 @@ class CompletionLedger:
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
                 msg = consumer.poll(0.5)
-                if msg is not None and not msg.error() and msg.key() is not None:
-                    done.add(msg.key().decode())
+                if msg is not None and not msg.error():
+                    self._take(done, partition, msg.key(), msg.offset())
                 position = consumer.position([tp])[0].offset
                 if position >= high:
                     return done
             raise TimeoutError(f"{self.topic}[{partition}]: ledger not read in {timeout_s} s")
         finally:
             consumer.close()
+
+    def _take(self, done: set[str], partition: int, key: object, offset: int) -> None:
+        """Add an entry's ticket_id; a key that names none (null, not UTF-8) is skipped:
+        no result was written under it, and raising here would stop the partition's
+        router for good, the ledger being read again on every retry."""
+        ticket_id = ledger_key(key)
+        if ticket_id is None:
+            log.warning(
+                "%s[%d]@%d: ledger entry without a ticket_id key skipped",
+                self.topic,
+                partition,
+                offset,
+            )
+            return
+        done.add(ticket_id)

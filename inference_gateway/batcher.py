@@ -363,6 +363,19 @@ class DynamicBatcher:
 
     async def _dispatch(self, batch: list[_Slice]) -> None:
         try:
+            await self._run_batch(batch)
+        finally:
+            self._slots.release()
+
+    async def _run_batch(self, batch: list[_Slice]) -> None:
+        """One call for `batch`; if it fails for its inputs, each request is served apart.
+
+        An error that is not retryable (INVALID_INPUT, a model that fails on some text, out
+        of memory) may be one request's doing: rather than fail every request the batch
+        merged, the requests are split in halves and called again, until a failing request
+        is alone. Only it fails; a retryable error (timeout, overload) fails them all.
+        """
+        try:
             texts = [t for s in batch for t in s.request.texts[s.start : s.stop]]
             self.stats.batches += 1
             self.stats.batch_sizes.append(len(texts))
@@ -382,10 +395,27 @@ class DynamicBatcher:
             if not isinstance(error, GatewayError):
                 log.exception("batch of %s %s failed", self.model, self.version)
                 error = GatewayError(ErrorCode.INTERNAL, f"batch failed: {error!r}")
+            requests = _requests_of(batch)
+            if error.retryable or len(requests) < 2:
+                for piece in batch:
+                    piece.request.fail(error)
+                return
+            await self._split(batch, requests)
+
+    async def _split(self, batch: list[_Slice], requests: list[_Request]) -> None:
+        halves = (set(requests[: len(requests) // 2]), set(requests[len(requests) // 2 :]))
+        for half in halves:
+            now = time.monotonic()
+            live = []
             for piece in batch:
-                piece.request.fail(error)
-        finally:
-            self._slots.release()
+                if piece.request not in half:
+                    continue
+                if piece.request.future.done() or piece.request.deadline <= now:
+                    self._drop(piece.request)
+                else:
+                    live.append(piece)
+            if live:
+                await self._run_batch(live)
 
     async def _call(self, texts: list[str], timeout_s: float) -> np.ndarray:
         try:
@@ -414,3 +444,8 @@ class DynamicBatcher:
             piece.request.fail(GatewayError(ErrorCode.MODEL_UNAVAILABLE, "the batcher closed"))
         if self._dispatches:
             await asyncio.gather(*self._dispatches, return_exceptions=True)
+
+
+def _requests_of(batch: list[_Slice]) -> list[_Request]:
+    """The distinct requests of a batch, in order."""
+    return list(dict.fromkeys(piece.request for piece in batch))

@@ -21,12 +21,21 @@ from collections.abc import Callable
 
 import numpy as np
 
+from schemas.gateway import MAX_TEXT_CHARS
+
 Key = tuple[str, str, bytes]
 
 
-def normalize_text(text: str) -> str:
-    """What the models see: NFKC (full-width Latin and digits folded), whitespace collapsed."""
-    return " ".join(unicodedata.normalize("NFKC", text).split())
+def normalize_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """What the models see: NFKC (full-width Latin and digits folded), whitespace collapsed,
+    at most `limit` characters.
+
+    NFKC can lengthen a text up to 18 times (U+FDFA): an input the API accepted must not
+    become one that no model should be sent, so the model reads its first `limit`
+    characters, as it would of an input that long to begin with.
+    """
+    text = " ".join(unicodedata.normalize("NFKC", text).split())
+    return text if len(text) <= limit else text[:limit].rstrip()
 
 
 def cache_key(model: str, version: str, normalized: str) -> Key:

@@ -85,9 +85,11 @@ class GatewayClient:
         }
         if version is not None:
             payload["version"] = version
-        status, body = await self._post(
-            f"/v1/models/{model}/predict", orjson.dumps(payload), timeout_ms, headers
-        )
+        try:
+            data = orjson.dumps(payload)
+        except TypeError as error:  # a feature value JSON cannot carry (an int past 64 bits)
+            raise GatewayError(ErrorCode.INVALID_INPUT, f"inputs are not JSON: {error}") from None
+        status, body = await self._post(f"/v1/models/{model}/predict", data, timeout_ms, headers)
         if status != 200:
             raise error_from_response(status, body)
         try:

@@ -19,12 +19,13 @@ from schemas.routing import RoutingConfig
 
 DEFAULT_CONFIG = RoutingConfig(name="ticket_classifier", versions={"v1": 100}, default="v1")
 
-_VERSION = re.compile(r"^v([1-9][0-9]{0,8})$")
+# fullmatch, not `$`: "v1\n" would pass `$` and reach Triton and the metric labels
+_VERSION = re.compile(r"v([1-9][0-9]{0,8})")
 
 
 def triton_version(version: str) -> str:
     """Gateway version "vN" -> Triton's model_version "N"; anything else is INVALID_INPUT."""
-    match = _VERSION.match(version)
+    match = _VERSION.fullmatch(version)
     if match is None:
         raise GatewayError(ErrorCode.INVALID_INPUT, f"version {version!r} is not of the form vN")
     return match.group(1)
@@ -59,7 +60,7 @@ def _pick(ranges: list[tuple[int, str]], default: str, input_id: str) -> str:
 
 def _version_order(version: str) -> tuple[int, str]:
     # numeric order, so v10 comes after v9; names not of the form vN sort last, by name
-    match = _VERSION.match(version)
+    match = _VERSION.fullmatch(version)
     return (int(match.group(1)) if match else 1 << 40, version)
 
 

@@ -7,12 +7,14 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from schemas.tickets import MAX_TEXT_CHARS
+
 
 class PredictInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: Annotated[str, StringConstraints(min_length=1, max_length=128)]
-    text: Annotated[str, StringConstraints(min_length=1, max_length=20_000)]
+    text: Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEXT_CHARS)]
     features: dict[str, Any] = Field(default_factory=dict)
 
 
