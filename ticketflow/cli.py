@@ -10,7 +10,7 @@ import urllib.error
 import urllib.request
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import orjson
 import typer
@@ -21,6 +21,9 @@ from feature_jobs import cli as features_cli
 from inference_gateway import cli as gateway_cli
 from streams.settings import Settings, get_settings
 from streams.topics import Topics
+
+if TYPE_CHECKING:
+    from ticketflow.replay import Report
 
 app = typer.Typer(
     help="ticketflow: classify and route support tickets on Kafka.",
@@ -273,26 +276,58 @@ def dlq_replay(
     rate: Annotated[float, typer.Option(help="records per second at most")] = 500.0,
     from_beginning: Annotated[bool, typer.Option(help="also what was replayed before")] = False,
 ) -> None:
-    """Replay dead letters to the step that failed (or tickets.in), once each."""
+    """Replay dead letters to the step that failed (or tickets.in), once each.
+
+    A dead letter that nothing would consume is refused and listed with its reason; one
+    whose x-replay-count is spent or forged goes to tickets.dlq.parked.
+    """
+    from agents.definition import DefinitionError
     from ticketflow.replay import Filters, replay
 
-    done = replay(
-        _settings(),
-        Filters(error_class, step, since, until),
-        dry_run=dry_run,
-        rate=rate,
-        from_beginning=from_beginning,
-    )
-    table = Table("at", "key", "to")
-    for item in done[:50]:
+    try:
+        report = replay(
+            _settings(),
+            Filters(error_class, step, since, until),
+            dry_run=dry_run,
+            rate=rate,
+            from_beginning=from_beginning,
+        )
+    except DefinitionError as exc:
+        console.print(f"[red]cannot tell where dead letters go back to:[/] {exc}")
+        raise typer.Exit(1) from exc
+    _print_replay(report)
+    if report.count("not delivered"):
+        raise typer.Exit(1)
+
+
+def _print_replay(report: Report) -> None:
+    from rich.markup import escape
+
+    table = Table("at", "key", "outcome", "to")
+    table.add_column("reason", no_wrap=True, overflow="ellipsis", max_width=60)
+    # the refused and undelivered first: they are what the operator has to look at
+    first = sorted(report.items, key=lambda i: i.outcome not in {"refused", "not delivered"})
+    for item in first[:50]:
         table.add_row(
             f"{item.partition}:{item.offset}",
-            (item.key or b"").decode("utf-8", "replace"),
-            item.target,
+            escape((item.key or b"").decode("utf-8", "replace")),
+            item.outcome,
+            item.decision.topic or "",
+            escape(item.decision.reason),
         )
     console.print(table)
-    verb = "would replay" if dry_run else "replayed"
-    console.print(f"{verb} {len(done)} dead letter(s)")
+    outcomes = sorted({i.outcome for i in report.items})
+    summary = ", ".join(f"{report.count(o)} {o}" for o in outcomes) or "nothing to replay"
+    console.print(f"{summary}; {report.skipped} not matching the filters")
+    for outcome in ("refused", "parked", "would park", "not delivered"):
+        for reason, n in sorted(report.reasons(outcome).items()):
+            console.print(f"  {outcome} {n}: {escape(reason)}")
+    if report.already:
+        console.print(f"{report.already} replayed by an earlier run, skipped")
+    if report.deferred:
+        console.print(f"[yellow]{report.deferred} left for the next run[/] (behind a hole)")
+    if report.unread:
+        console.print(f"[yellow]partitions not read to their end:[/] {report.unread}")
 
 
 # ---- review ---------------------------------------------------------------------------------
