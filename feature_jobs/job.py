@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import logging
 import time
 from collections import defaultdict
@@ -226,6 +227,36 @@ async def event_batches(app: faust.App, stream, max_n: int, within_s: float):
                     message_out(message.tp, message.offset, message)
 
 
+async def write_until_done(
+    writer: FeatureWriter, values: list, first_delay_s: float = 0.2, max_delay_s: float = 5.0
+) -> None:
+    """Apply a batch, trying again with backoff (capped at `max_delay_s`) until it is in.
+
+    The batch is not acknowledged meanwhile, so the consumer waits for Redis: at least once,
+    never skipped. Records cannot be the cause (`FeatureWriter.plan` skips what it cannot
+    read), so what fails here is Redis or the network; every retry is counted in
+    `feature_job_write_retries_total` and logged, the first and then every tenth.
+    """
+    delay = first_delay_s
+    for attempt in itertools.count(1):
+        try:
+            await writer.apply(values)
+            return
+        except Exception as exc:
+            metrics.WRITE_RETRIES.labels(type(exc).__name__).inc()
+            redis_down = isinstance(exc, (aioredis.RedisError, OSError))
+            if attempt == 1 or attempt % 10 == 0:
+                log.log(
+                    logging.WARNING if redis_down else logging.ERROR,
+                    "feature writes failed %d time(s) (%r); retrying in %.1f s",
+                    attempt,
+                    exc,
+                    delay,
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, max_delay_s)
+
+
 def job_topics(settings: Settings, views: Iterable[FeatureView]) -> dict[str, dict]:
     """The topics the job reads and writes, for `ensure_topics` before it subscribes."""
     wanted: dict[str, dict] = {source_topic(settings, v): {} for v in views}
@@ -273,17 +304,7 @@ def build_job(
             async for events in batches:
                 if not events:
                     continue
-                values = [e.value for e in events]
-                delay = 0.2
-                while True:
-                    try:
-                        await writer.apply(values)
-                        break
-                    except (aioredis.RedisError, OSError) as exc:
-                        # not acknowledged: the batch waits for Redis, and the consumer with it
-                        log.warning("feature writes failed (%r); retrying in %.1f s", exc, delay)
-                        await asyncio.sleep(delay)
-                        delay = min(delay * 2, 5.0)
+                await write_until_done(writer, [e.value for e in events])
 
         app.agent(channel, name=f"features.{topic_name}")(update)
 

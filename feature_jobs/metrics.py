@@ -21,17 +21,22 @@ DRIFT = Gauge(
 
 READS = Counter(
     "feature_reads_total",
-    "Online reads by how they were answered (cache, redis, fallback, mismatch)",
+    "Online reads by how they were answered (cache, redis, fallback, mismatch, unreadable)",
     ["view", "result"],
 )
 EVENTS = Counter(
     "feature_job_events_total",
     "Source events by what the feature job did with them "
-    "(applied, duplicate, late, future, no_entity, invalid)",
+    "(applied, duplicate, late, future, no_entity, invalid, failed)",
     ["view", "outcome"],
 )
 LAG = Gauge(
     "feature_job_lag_seconds", "Now minus the event time of the newest applied event", ["view"]
+)
+WRITE_RETRIES = Counter(
+    "feature_job_write_retries_total",
+    "Batches written again after Redis failed them, by the error's type",
+    ["error"],
 )
 BATCH_SECONDS = Histogram(
     "feature_job_batch_seconds",

@@ -54,6 +54,10 @@ class _NotBuilt(Exception):
     pass
 
 
+class _Unreadable(Exception):
+    pass
+
+
 class _Coverage:
     """Real and total values served over a sliding window of whole seconds."""
 
@@ -139,6 +143,9 @@ class OnlineFeatureReader:
         except _NotBuilt:
             self._observe(view, started, "not_built")
             return self._count(view, _fallback(spec), None)
+        except _Unreadable:
+            self._observe(view, started, "unreadable")
+            return self._count(view, _fallback(spec), None)
         except (TimeoutError, aioredis.RedisError, OSError) as exc:
             self._down_until = time.monotonic() + self._retry_after_s
             self._observe(view, started, "fallback")
@@ -170,7 +177,13 @@ class OnlineFeatureReader:
                     keys.tag,
                 )
             raise _NotBuilt
-        values = materialize(spec, raw or {}, int(time.time() * 1000))
+        try:
+            values = materialize(spec, raw or {}, int(time.time() * 1000))
+        except (ValueError, TypeError, IndexError) as exc:
+            # a hash this code cannot read (written by hand, or by a buggy job): this
+            # entity's tickets get fallbacks, as when Redis is down, and go on
+            log.warning("feature view %s: unreadable state for an entity (%r)", spec.name, exc)
+            raise _Unreadable from None
         return {name: FeatureValue(value=v, is_fallback=False) for name, v in values.items()}
 
     def _observe(self, view: str, started: float, result: str) -> None:

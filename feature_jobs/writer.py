@@ -4,6 +4,7 @@ all of a batch's in one pipeline (one round trip), each atomic for its entity.""
 from __future__ import annotations
 
 import hashlib
+import logging
 import random
 import time
 from collections import Counter
@@ -24,6 +25,12 @@ from schemas.tickets import Ticket
 
 UPDATE_SHA = hashlib.sha1(UPDATE_LUA.encode()).hexdigest()
 SEND_CHUNK = 64  # commands per socket write within a batch
+_UPDATE_HEAD = ("EVALSHA", UPDATE_SHA, "2")
+# error replies that say the server cannot take writes now: the batch is tried again
+TRANSIENT_REPLIES = ("OOM", "BUSY", "LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")
+log = logging.getLogger(__name__)
+# per view: a script call (event time, entity, packed command), or the outcome instead
+Planned = tuple[int, str, bytes] | str
 
 
 def parse_ticket(raw: bytes | str | Any) -> Any:
@@ -116,9 +123,13 @@ class FeatureWriter:
         names = [e.view.name for e in self.encoders]
         newest = self.newest_ms
         for (k, ts), r in zip(calls, results, strict=False):
-            if not isinstance(r, int):
-                raise ResponseError(f"update script failed: {r!r}")
             name = names[k]
+            if not isinstance(r, int):
+                _raise_if_transient(r)
+                # this event's doing (or its entity's state's): the others must not wait on it
+                log.warning("feature view %s: an event's update failed: %.200s", name, r)
+                outcomes[name]["failed"] += 1
+                continue
             outcomes[name][OUTCOMES[r]] += 1
             if r == 0 and ts > newest.get(name, 0):
                 newest[name] = ts
@@ -137,43 +148,22 @@ class FeatureWriter:
     async def _send(self, link, values, now_ms, outcomes, calls, touched) -> int:
         """Encode and send the batch's commands, a chunk at a time (Redis runs the first
         chunks while the next are encoded); returns how many replies to read."""
-        # packed by hiredis: redis-py's asyncio pipeline packs in Python, which costs more
-        # than Redis spends running the script
-        pack = hiredis.pack_command
-        head = ("EVALSHA", UPDATE_SHA, "2")
         chunk: list[bytes] = []
         sent = 0
         for raw in values:
-            if isinstance(raw, (bytes, str)) and len(raw) > self._max_bytes:
-                rec = None
-            else:
-                try:
-                    rec = self._parse(raw)
-                except (ValidationError, ValueError):
-                    rec = None
-            for k, enc in enumerate(self.encoders):
-                out = outcomes[enc.view.name]
-                if rec is None:
-                    out["invalid"] += 1
+            for k, step in enumerate(self.plan(raw, now_ms)):
+                if isinstance(step, str):
+                    outcomes[self.encoders[k].view.name][step] += 1
                     continue
-                entity = enc.entity(rec)
-                if entity is None:
-                    out["no_entity"] += 1
-                    continue
-                ts, event_id = enc.event_ms(rec), enc.event_id(rec)
-                if ts is None or event_id is None:
-                    out["invalid"] += 1
-                    continue
-                if ts > now_ms + enc.grace_ms:
-                    out["future"] += 1
-                    continue
-                chunk.append(pack((*head, *enc.args(rec, entity, event_id, ts, now_ms))))
+                ts, entity, command = step
+                chunk.append(command)
                 calls.append((k, ts))
                 touched[k].append(entity)
             if len(chunk) >= SEND_CHUNK:
                 await link.send(b"".join(chunk))
                 sent += len(chunk)
                 chunk = []
+        pack = hiredis.pack_command
         for k, enc in enumerate(self.encoders):
             entities = touched[k]
             if not entities:
@@ -194,6 +184,45 @@ class FeatureWriter:
             sent += len(chunk)
         return sent
 
+    def plan(self, raw: Any, now_ms: int) -> list[Planned]:
+        """Per view, what one source record asks of Redis: (event time, entity, the packed
+        script call), or the outcome that says why nothing (invalid, no_entity, future).
+
+        Never raises: whatever a record on the source topic holds (not JSON, odd types,
+        huge values), it is skipped and counted as `invalid`, never retried, so it cannot
+        hold up the records behind it.
+        """
+        try:
+            rec = self._record(raw)
+            return [self._plan_view(enc, rec, now_ms) for enc in self.encoders]
+        except Exception as exc:
+            log.info("source record skipped as invalid: %s", type(exc).__name__)
+            return ["invalid"] * len(self.encoders)
+
+    def _record(self, raw: Any) -> Any:
+        """The parsed record, or None for one that is too large or does not parse."""
+        if raw is None or (isinstance(raw, (bytes, str)) and len(raw) > self._max_bytes):
+            return None
+        try:
+            return self._parse(raw)
+        except (ValidationError, ValueError):
+            return None
+
+    @staticmethod
+    def _plan_view(enc: ViewEncoder, rec: Any, now_ms: int) -> Planned:
+        if rec is None:
+            return "invalid"
+        entity = enc.entity(rec)
+        if entity is None:
+            return "no_entity"
+        ts, event_id = enc.event_ms(rec), enc.event_id(rec)
+        if ts is None or event_id is None:
+            return "invalid"
+        if ts > now_ms + enc.grace_ms:
+            return "future"
+        args = enc.args(rec, entity, event_id, ts, now_ms)
+        return ts, entity, hiredis.pack_command((*_UPDATE_HEAD, *args))
+
     def _count(self, outcomes: dict[str, Counter[str]]) -> None:
         if not self._metrics:
             return
@@ -204,6 +233,14 @@ class FeatureWriter:
             newest = self.newest_ms.get(name)
             if newest is not None:
                 metrics.LAG.labels(name).set(max(0.0, now - newest / 1000))
+
+
+def _raise_if_transient(reply: Any) -> None:
+    """Raise for a reply that is no script outcome unless it is the event's own failure."""
+    if not isinstance(reply, (ReplyError, ResponseError)):
+        raise ResponseError(f"update script answered {reply!r}")
+    if str(reply).startswith(TRANSIENT_REPLIES):
+        raise ResponseError(f"update script failed: {reply!r}")
 
 
 def _is_noscript(reply: Any) -> bool:
