@@ -23,7 +23,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agents.definition import load_definition, load_earlier_versions
@@ -331,7 +338,7 @@ def _ledgers(consumer: Consumer, topic: str, from_beginning: bool) -> dict[int, 
     committed = {tp.partition: tp for tp in consumer.committed(parts, timeout=10)}
     ledgers = {}
     for tp in parts:
-        low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+        low, high = _watermarks(consumer, tp)
         mine = committed[tp.partition]
         offset = mine.offset if mine.offset >= 0 else -1
         start = low if from_beginning else max(offset, low)
@@ -342,6 +349,19 @@ def _ledgers(consumer: Consumer, topic: str, from_beginning: bool) -> dict[int, 
             earlier=decode_metadata(offset, mine.metadata),
         )
     return ledgers
+
+
+def _watermarks(consumer: Consumer, tp: TopicPartition, timeout_s: float = 15.0) -> tuple:
+    # a new topic, or a broker just back, answers "not leader" for a moment (an error that
+    # the binding does not mark retriable, so every error gets the same few seconds)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return consumer.get_watermark_offsets(tp, timeout=5, cached=False)
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def _records(
