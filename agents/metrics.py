@@ -18,3 +18,14 @@ RETRIES = Counter("retries_total", "Step attempts sent to a retry tier", ["step"
 DUPLICATES = Counter("workflow_duplicates_total", "Second arrivals of a ticket_id, dropped")
 BREAKER = Gauge("circuit_breaker_state", "0 closed, 1 half-open, 2 open", ["target"])
 REVIEWS = Counter("workflow_review_decisions_total", "Review decisions, by outcome", ["outcome"])
+INFRA_RETRIES = Counter(
+    "workflow_infra_retries_total",
+    "Batches or commits retried after an infrastructure error (broker, Redis, gateway)",
+    ["what"],
+)
+BATCH_SPLITS = Counter(
+    "workflow_batch_splits_total", "Failing batches split to find the record at fault", ["step"]
+)
+COMMITS_HELD = Counter(
+    "workflow_commits_held_total", "Offset commits refused because outputs were not delivered"
+)

@@ -52,3 +52,53 @@ def record_duplicate(state: dict[str, Any], arrival: str) -> dict:
     new["duplicates"] = state.get("duplicates", 0) + 1
     new["last_duplicate"] = {"arrival": arrival, "at": now_ms()}
     return new
+
+
+class TicketStates:
+    """The `ticket_state` table, written through the ticket's own event's partition.
+
+    `at(event)` must precede a write: a Faust table writes to the changelog partition of
+    the current event, and in a batch that is the last event taken.
+    """
+
+    def __init__(self, table: Any, at: Any) -> None:
+        self.table = table
+        self._at = at  # streams.faust_adapter.set_current_event
+
+    def at(self, event: Any) -> None:
+        """Make `event` the current one, so table writes go to its partition."""
+        self._at(event)
+
+    def get(self, ticket_id: str) -> dict | None:
+        return self.table.get(ticket_id)
+
+    def admit(
+        self, event: Any, ticket_id: str, arrival: str, trace_id: str, workflow: str, version: int
+    ) -> bool:
+        """Idempotency: False for a second publish of a ticket_id (recorded, then dropped).
+
+        The same arrival seen again is a redelivery: it goes on, since redoing a step is
+        harmless and the router's ledger keeps its result single.
+        """
+        self._at(event)
+        state = self.table.get(ticket_id)
+        if state is None:
+            self.table[ticket_id] = new_state(ticket_id, arrival, trace_id, workflow, version)
+            return True
+        if state["arrival"] == arrival:
+            return True
+        self.table[ticket_id] = record_duplicate(state, arrival)
+        return False
+
+    def move(
+        self, event: Any, fresh: dict, status: str, step: str, attempt: int = 1, **fields: Any
+    ) -> None:
+        """Move a ticket to `status`; `fresh` is its state if the table has none yet."""
+        self._at(event)
+        ticket_id = fresh["ticket_id"]
+        state = self.table.get(ticket_id) or fresh
+        if state["status"] in TERMINAL and status not in TERMINAL:
+            return  # a redelivery after completion must not move the ticket back
+        new = transition(state, status, step, attempt)
+        new.update({k: v for k, v in fields.items() if v is not None})
+        self.table[ticket_id] = new

@@ -16,6 +16,7 @@ from feature_jobs.views import VIEWS
 from inference_gateway.client import GatewayClient
 from streams.admin import ensure_topics, pipeline_topics
 from streams.app import create_app, tune_gc, use_uvloop
+from streams.faust_adapter import restore_seconds
 from streams.gaps import GapGuard, KafkaProbe
 from streams.settings import Settings
 
@@ -70,10 +71,9 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
             assigned = False
         ok = recovered and assigned and not app.rebalancing
         body = {"ready": ok, "recovered": recovered, "assigned": assigned}
-        # how long the last table restore took (Faust keeps no public figure for it)
-        started, ended = recovery._recovery_started_at, recovery._recovery_ended_at
-        if started is not None and ended is not None and ended >= started:
-            body["restore_s"] = round(ended - started, 3)
+        restore_s = restore_seconds(app)  # how long the last table restore took
+        if restore_s is not None:
+            body["restore_s"] = round(restore_s, 3)
         return web.json(body, status=200 if ok else 503)
 
     @app.page("/ticket/{ticket_id}")

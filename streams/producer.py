@@ -11,11 +11,14 @@ commits the offsets of the inputs (at-least-once).
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
+
+log = logging.getLogger(__name__)
 
 Headers = Sequence[tuple[str, bytes]]
 Record = tuple[str, bytes, bytes, Headers, "int | None"]
@@ -86,12 +89,22 @@ class AsyncProducer:
             except BufferError:  # librdkafka's queue is full: let it drain
                 self._producer.poll(0.01)
 
-    async def drain(self, timeout_s: float = 60) -> None:
-        """Wait until every record produced so far is delivered; raise if any was not."""
-        if len(self._producer):
-            remaining = await asyncio.to_thread(self._producer.flush, timeout_s)
-            if remaining:
-                raise KafkaException(f"{remaining} record(s) not delivered in {timeout_s} s")
+    async def drain(self, wait_s: float = 30) -> None:
+        """Wait until every record produced so far is delivered; raise if one never will be.
+
+        A broker that is away only makes this wait (librdkafka retries until the message
+        timeout); a record librdkafka gave up on raises, since its input must be redone.
+        """
+        while len(self._producer):
+            if not await asyncio.to_thread(self._producer.flush, wait_s):
+                break
+            log.warning(
+                "%d record(s) still undelivered after %.0f s; waiting", len(self._producer), wait_s
+            )
+            self._check_failed()
+        self._check_failed()
+
+    def _check_failed(self) -> None:
         if self._failed:
             failed, self._failed = self._failed, []
             raise KafkaException(failed[0])

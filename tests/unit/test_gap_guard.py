@@ -58,7 +58,15 @@ class FakeConsumer:
         self.seeks += 1
 
 
+def spans(consumer) -> list[tuple]:
+    """The spans counted as holding no record, as Faust's gap tree holds them."""
+    return sorted(
+        (tp.topic, span.begin, span.end) for tp, tree in consumer._gap.items() for span in tree
+    )
+
+
 def guard(monkeypatch, stuck_s=0.0, probe=None):
+    probe = probe or FakeProbe({})
     monkeypatch.setattr(gaps, "STUCK_S", stuck_s)
     app = SimpleNamespace(consumer=FakeConsumer(), rebalancing=False)
     g = GapGuard(app, TOPICS.carries_envelopes, probe)
@@ -75,7 +83,7 @@ def test_a_jump_on_a_step_topic_is_never_acknowledged_and_is_read_again(monkeypa
         await g.rewind_if_needed()
 
     asyncio.run(scenario())
-    assert consumer.faust_gaps == []  # Faust would have committed past offsets 257..592
+    assert spans(consumer) == []  # Faust would have committed past offsets 257..592
     assert consumer.seeks == 1 and g.rewinds == 1
 
 
@@ -102,19 +110,6 @@ def test_a_rewind_waits_for_the_commit_to_stay_stuck(monkeypatch):
     assert consumer.seeks == 0  # not yet: the records may still arrive
 
 
-def test_other_topics_keep_fausts_gaps(monkeypatch):
-    g, consumer = guard(monkeypatch)
-
-    async def scenario():
-        # tickets.in may hold transaction markers: a jump there is legitimate
-        await consumer._add_gap(TP(TOPICS.tickets_in, 0), 5, 7)
-        await g.rewind_if_needed()
-
-    asyncio.run(scenario())
-    assert consumer.faust_gaps == [(TOPICS.tickets_in, 5, 7)]
-    assert consumer.seeks == 0
-
-
 def test_no_rewind_during_a_rebalance(monkeypatch):
     g, consumer = guard(monkeypatch)
     g.app.rebalancing = True
@@ -136,13 +131,13 @@ def test_a_jump_over_transaction_markers_on_tickets_in_goes_to_faust(monkeypatch
     async def scenario():
         await consumer._add_gap(TICKETS_IN, 5, 7)
         await consumer._add_gap(TICKETS_IN, 8, 10)
-        assert consumer.faust_gaps == []  # not before the probe has looked
+        assert spans(consumer) == []  # not before the probe has looked
         probe.answers[5] = 10  # the next record is the one Faust read after the second jump
         await g.check()
 
     asyncio.run(scenario())
     assert probe.asked == [(TOPICS.tickets_in, 5)]  # one probe answered for both jumps
-    assert consumer.faust_gaps == [(TOPICS.tickets_in, 5, 7), (TOPICS.tickets_in, 8, 10)]
+    assert spans(consumer) == [(TOPICS.tickets_in, 5, 7), (TOPICS.tickets_in, 8, 10)]
     assert consumer.seeks == 0
 
 
@@ -159,7 +154,7 @@ def test_records_skipped_on_tickets_in_are_held_and_read_again(monkeypatch):
         await g.check()
 
     asyncio.run(scenario())
-    assert consumer.faust_gaps == [(TOPICS.tickets_in, 5, 7)]  # never past offset 41
+    assert spans(consumer) == [(TOPICS.tickets_in, 5, 7)]  # never past offset 41
     assert consumer.seeks == 1
 
 
@@ -175,7 +170,7 @@ def test_a_probe_that_cannot_tell_yet_is_asked_again(monkeypatch):
 
     asyncio.run(scenario())
     assert len(probe.asked) == 2
-    assert consumer.faust_gaps == [(TOPICS.tickets_in, 8, 12)] and consumer.seeks == 0
+    assert spans(consumer) == [(TOPICS.tickets_in, 8, 12)] and consumer.seeks == 0
 
 
 def test_a_revoked_partition_is_forgotten(monkeypatch):
@@ -204,11 +199,11 @@ def test_a_failing_probe_is_asked_again_and_acknowledges_nothing(monkeypatch):
     async def scenario():
         await consumer._add_gap(TICKETS_IN, 3, 9)
         await g.check()
-        assert consumer.faust_gaps == []
+        assert spans(consumer) == []
         await g.check()
 
     asyncio.run(scenario())
-    assert consumer.faust_gaps == [(TOPICS.tickets_in, 3, 9)]
+    assert spans(consumer) == [(TOPICS.tickets_in, 3, 9)]
 
 
 # ---- the commit's head check --------------------------------------------------------------
@@ -250,12 +245,6 @@ def test_an_unknown_head_is_asked_of_the_broker_before_anything_is_committed(mon
     assert consumer._new_offset(FEATURES) is None  # 250..299 are not processed yet
     consumer.acked(FEATURES, range(250, 300))
     assert consumer._new_offset(FEATURES) == 302
-
-
-def test_other_topics_keep_fausts_commit(monkeypatch):
-    _, consumer = guard(monkeypatch)
-    consumer.acked(TICKETS_IN, [5])
-    assert consumer._new_offset(TICKETS_IN) == "faust's"
 
 
 def test_a_hole_of_transaction_markers_on_tickets_in_is_probed_then_passed(monkeypatch):

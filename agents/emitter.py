@@ -1,0 +1,127 @@
+"""Everything the steps write besides results: envelopes to the next step, audit records,
+decision-path entries and dead letters. All go through one producer, whose deliveries the
+commit barrier awaits before input offsets are committed."""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from agents import metrics
+from agents.records import header, traceparent
+from schemas.tickets import AuditRecord, DecisionStep, Envelope, ErrorClass, StepStatus
+from schemas.workflow import Step
+from streams.codecs import encode
+from streams.headers import (
+    REPLAY_COUNT,
+    DeadLetterContext,
+    child_traceparent,
+    new_traceparent,
+    replay_count,
+)
+from streams.producer import AsyncProducer
+from streams.topics import Topics
+
+log = logging.getLogger(__name__)
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Emitter:
+    def __init__(self, producer: AsyncProducer, topics: Topics, max_replays: int) -> None:
+        self.producer = producer
+        self.topics = topics
+        self.max_replays = max_replays
+
+    def send(self, topic: str, env: Envelope) -> None:
+        self.producer.produce(
+            topic, env.ticket.ticket_id.encode(), encode(env), self.trace_headers(env)
+        )
+
+    @staticmethod
+    def trace_headers(env: Envelope) -> list[tuple[str, bytes]]:
+        return [("traceparent", child_traceparent(env.trace_id).encode())]
+
+    def record(
+        self, env: Envelope, step: Step, status: StepStatus, t0: float, detail: str | None = None
+    ) -> DecisionStep:
+        """Add the step's entry to the ticket's decision path, and audit it."""
+        seconds = time.perf_counter() - t0
+        metrics.STEP_DURATION.labels(step.name).observe(seconds)
+        # built by us from validated parts: no need to validate again (model_construct)
+        entry = DecisionStep.model_construct(
+            step=step.name,
+            status=status,
+            attempt=env.attempt,
+            latency_ms=round(seconds * 1000, 3),
+            detail=detail,
+        )
+        env.path.append(entry)
+        self.audit(env, step, entry)
+        return entry
+
+    def audit(self, env: Envelope, step: Step, entry: DecisionStep) -> None:
+        pred = env.context.prediction
+        audit = AuditRecord.model_construct(
+            ticket_id=env.ticket.ticket_id,
+            trace_id=env.trace_id,
+            workflow=env.workflow,
+            workflow_version=env.workflow_version,
+            step=step.name,
+            outcome=entry.status,
+            attempt=entry.attempt,
+            latency_ms=entry.latency_ms,
+            input_sha256=env.input_sha256,
+            model_version=pred.model_version if pred else None,
+            detail=entry.detail,
+            # explicit: model_construct would inspect the default factory's signature per call
+            at=utcnow(),
+        )
+        self.producer.produce(self.topics.audit, env.ticket.ticket_id.encode(), encode(audit))
+
+    def dead_letter(
+        self,
+        event: Any,
+        step: str,
+        error_class: ErrorClass,
+        reason: str,
+        attempts: int,
+        trace_id: str | None = None,
+    ) -> None:
+        """The record exactly as the step received it, its context in x-dlq-* headers.
+
+        A record that failed again after its replays, or whose replay count is forged, is
+        parked instead of looping.
+        """
+        msg = event.message
+        parent = traceparent(msg.headers)
+        replays = replay_count(header(msg.headers, REPLAY_COUNT))
+        parked = replays is None or replays >= self.max_replays
+        ctx = DeadLetterContext(
+            error_class=error_class.value,
+            reason=reason[:500],
+            step=step,
+            attempts=attempts,
+            origin_topic=msg.topic,
+            origin_partition=msg.partition,
+            origin_offset=msg.offset,
+            first_failed_at=utcnow(),
+            exception=reason,
+            traceparent=parent or (child_traceparent(trace_id) if trace_id else new_traceparent()),
+        )
+        topic = self.topics.dlq_parked if parked else self.topics.dlq
+        self.producer.produce(topic, msg.key, msg.value, ctx.headers(replays or 0))
+        metrics.DLQ.labels(step, error_class.value).inc()
+        log.warning(
+            "dead-lettered %s[%d]@%d at %s%s: %s",
+            msg.topic,
+            msg.partition,
+            msg.offset,
+            step,
+            " (parked)" if parked else "",
+            error_class.value,
+        )

@@ -1,0 +1,236 @@
+"""The router: exactly one `TicketResult` per ticket.
+
+Each input partition of the router has its own transactional producer (Kafka Streams'
+EOS-v1 model): a result and its entry in the `tickets.completed` ledger commit in one
+transaction, a ticket already in the ledger is skipped, and whoever owns a partition
+next fences the last owner's producer. The router goes on taking tickets while a
+partition's transaction commits, so the next transaction carries everything that arrived
+meanwhile. The commit barrier waits for `drain()`, so an input offset is never committed
+before its result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaException
+
+from agents import metrics
+from agents.completion import CompletionLedger
+from agents.emitter import Emitter, utcnow
+from agents.state import TicketStates, new_state
+from agents.topology import Topology
+from schemas.tickets import Category, DecisionStep, Envelope, StepStatus, TicketResult
+from schemas.workflow import Step
+from streams.codecs import encode
+from streams.producer import TransactionalProducer
+from streams.topics import Topics
+
+log = logging.getLogger(__name__)
+
+REVIEW_ROUTE = "manual_review"
+RETRY_PAUSE_S = 1.0
+
+
+@dataclass
+class Pending:
+    event: Any
+    env: Envelope
+    result: TicketResult
+
+
+class Router:
+    def __init__(
+        self,
+        bootstrap: str,
+        transactional_prefix: str,
+        topics: Topics,
+        topology: Topology,
+        states: TicketStates,
+        emitter: Emitter,
+        owns: Callable[[int], bool],
+    ) -> None:
+        self._bootstrap = bootstrap
+        self._prefix = transactional_prefix
+        self.topics = topics
+        self.topology = topology
+        self.states = states
+        self.emitter = emitter
+        self._owns = owns
+        self.ledger = CompletionLedger(bootstrap, topics.completed)
+        self._txn: dict[int, TransactionalProducer] = {}
+        self._locks: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
+        # results waiting for their partition's next transaction, and the task committing
+        self._queued: dict[int, dict[str, Pending]] = defaultdict(dict)
+        self._committing: dict[int, asyncio.Future] = {}
+        self._warming: set[asyncio.Future] = set()
+        self.topic = topics.step(topology.router.name)
+
+    async def route(self, step: Step, items: list[tuple[Any, Envelope]]) -> None:
+        """Queue each new result for its partition's next transaction.
+
+        A fused router sees tickets from an earlier step's topic: the same key and
+        partition count, so the same partition, which Faust assigns with the route topic's.
+        """
+        t0 = time.perf_counter()
+        for event, env in items:
+            partition = event.message.partition
+            await self._owned(partition)
+            tid = env.ticket.ticket_id
+            if self.ledger.has(partition, tid) or tid in self._queued[partition]:
+                log.info("ticket %s already has its result; redelivery skipped", tid)
+                continue
+            own = self.topology.step_of(env, step.name)
+            self._queued[partition][tid] = Pending(event, env, self._result(env, own, t0))
+            if partition not in self._committing:
+                self._committing[partition] = asyncio.ensure_future(self._commit_loop(partition))
+
+    async def drain(self) -> None:
+        """Until every queued result is committed (the barrier's first phase)."""
+        while self._committing:
+            await asyncio.gather(*list(self._committing.values()), return_exceptions=True)
+
+    async def _commit_loop(self, partition: int) -> None:
+        try:
+            while self._queued[partition]:
+                batch = self._queued.pop(partition)
+                try:
+                    await self._commit(partition, list(batch.values()))
+                except Exception:  # never drop acknowledged inputs: keep them for a retry
+                    log.exception("route partition %d: commit failed; retrying", partition)
+                    metrics.INFRA_RETRIES.labels("router").inc()
+                    self._reset(partition)
+                    for tid, item in batch.items():
+                        self._queued[partition].setdefault(tid, item)
+                    await asyncio.sleep(RETRY_PAUSE_S)
+        finally:
+            self._committing.pop(partition, None)
+
+    async def _commit(self, partition: int, items: list[Pending]) -> None:
+        producer = await self._owned(partition)
+        items = [i for i in items if not self.ledger.has(partition, i.result.ticket_id)]
+        if not items:
+            return
+        records = []
+        for item in items:
+            tid = item.result.ticket_id.encode()
+            route = item.result.route
+            headers = self.emitter.trace_headers(item.env)
+            records.append((self.topics.out(route), tid, encode(item.result), headers, None))
+            records.append((self.topics.completed, tid, route.encode(), [], partition))
+        try:
+            await producer.commit(records)
+        except KafkaException as exc:
+            self._reset(partition)
+            if not self._owns(partition):  # fenced: the new owner redoes these inputs
+                log.warning("route partition %d lost (%s); its new owner redoes it", partition, exc)
+                return
+            raise  # still ours (a rebalance gave it straight back): retried on a new producer
+        for item in items:
+            self.ledger.add(partition, item.result.ticket_id)
+            self._completed(item)
+
+    def _completed(self, item: Pending) -> None:
+        env, result, router = item.env, item.result, self.topology.router.name
+        fresh = new_state(
+            env.ticket.ticket_id, env.arrival, env.trace_id, env.workflow, env.workflow_version
+        )
+        if result.route == REVIEW_ROUTE:  # a person decides next (agents/review.py)
+            self.states.move(
+                item.event,
+                fresh,
+                "awaiting_review",
+                router,
+                env.attempt,
+                route=result.route,
+                result=result.model_dump(mode="json"),
+            )
+        else:
+            status = "degraded" if result.degraded else "completed"
+            self.states.move(item.event, fresh, status, router, env.attempt, route=result.route)
+        metrics.TICKETS.labels(result.route).inc()
+        metrics.WORKFLOW_DURATION.observe(result.latency_ms / 1000)
+        self.emitter.audit(env, self.topology.step_of(env, router), env.path[-1])
+
+    def _reset(self, partition: int) -> None:
+        producer = self._txn.pop(partition, None)
+        if producer is not None:
+            producer.close()
+        self.ledger.forget(partition)
+
+    async def _owned(self, partition: int) -> TransactionalProducer:
+        """This worker's producer for `partition`, fencing any earlier owner, ledger loaded."""
+        async with self._locks[partition]:
+            producer = self._txn.get(partition)
+            if producer is None:
+                producer = TransactionalProducer(self._bootstrap, f"{self._prefix}-{partition}")
+                await producer.init()  # aborts and fences whatever the last owner left open
+                self._txn[partition] = producer
+                self.ledger.forget(partition)
+            if not self.ledger.loaded(partition):
+                await self.ledger.load(partition)
+            return producer
+
+    def on_assigned(self, partitions: set[int]) -> None:
+        """Fence the last owner and load the ledger now, not when the first ticket waits."""
+        for partition in partitions:
+            task = asyncio.ensure_future(self._owned(partition))
+            self._warming.add(task)
+            task.add_done_callback(self._warmed)
+
+    def _warmed(self, task: asyncio.Future) -> None:
+        self._warming.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # retried on first use
+            log.warning("route partition warm-up failed: %r", task.exception())
+
+    async def on_revoked(self, partitions: set[int]) -> None:
+        """Let open transactions finish, then let the partitions go: the next owner fences
+        this worker's producers and redoes whatever was not committed."""
+        for partition in partitions:
+            committing = self._committing.get(partition)
+            if committing is not None:
+                await asyncio.wait([committing], timeout=30)
+            self._reset(partition)
+
+    def close(self) -> None:
+        for producer in self._txn.values():
+            producer.close()
+
+    def _result(self, env: Envelope, step: Step, t0: float) -> TicketResult:
+        rule = env.context.rule
+        route = rule.route if rule and rule.route in step.routes else REVIEW_ROUTE
+        latency = round((time.perf_counter() - t0) * 1000, 3)
+        env.path.append(
+            DecisionStep(
+                step=step.name,
+                status=StepStatus.ok,
+                attempt=env.attempt,
+                latency_ms=latency,
+                detail=route,
+            )
+        )
+        metrics.STEP_DURATION.labels(step.name).observe(latency / 1000)
+        pred = env.context.prediction
+        return TicketResult(
+            ticket_id=env.ticket.ticket_id,
+            route=route,
+            category=rule.category if rule else Category.general,
+            confidence=pred.confidence if pred else 0.0,
+            model_name=pred.model_name if pred else None,
+            model_version=pred.model_version if pred else None,
+            degraded=env.context.degraded,
+            degraded_reason=env.context.degraded_reason,
+            features=env.context.features,
+            decision_path=env.path,
+            latency_ms=(time.time() - env.started_at.timestamp()) * 1000,
+            completed_at=utcnow(),
+            trace_id=env.trace_id,
+            workflow=env.workflow,
+            workflow_version=env.workflow_version,
+        )

@@ -1,0 +1,155 @@
+"""The one place that reaches into faust-streaming's private internals.
+
+Everything else in ticketflow uses Faust's public API. What is here was read from, and
+tested against, exactly `FAUST_VERSION`; `check_version()` refuses to start on another one,
+since a private attribute can change meaning in a patch release.
+
+What we need from inside Faust, and why:
+- `set_current_event`: a table write goes to the changelog partition of the *current*
+  event; in a batch that is the last event taken, not the ticket's own.
+- `install_flush_hook`: Faust flushes its producer just before it commits offsets, on
+  the commit timer and on a revocation. That flush is where our `CommitBarrier` runs,
+  so a committed input always has its outputs and state on the broker.
+- `OffsetBook`: the consumer's acknowledged offsets, gaps and committed offsets, which
+  the commit guard (`streams/gaps.py`) reads to decide what may be committed.
+- `restore_seconds`: how long the last table restore took (Faust keeps no public figure).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Awaitable, Callable
+from importlib.metadata import version
+from typing import Any
+
+import faust
+from faust.streams import _current_event
+
+FAUST_VERSION = "0.15.3"
+
+
+class UnsupportedFaust(RuntimeError):
+    """The installed faust-streaming is not the one this adapter was tested on."""
+
+
+def check_version(installed: str | None = None) -> None:
+    found = installed or version("faust-streaming")
+    if found != FAUST_VERSION:
+        raise UnsupportedFaust(
+            f"faust-streaming {found} is installed; ticketflow's adapter "
+            f"(streams/faust_adapter.py) is tested on {FAUST_VERSION} only"
+        )
+
+
+def set_current_event(event: faust.EventT) -> None:
+    _current_event.set(weakref.ref(event))
+
+
+def install_flush_hook(app: faust.App, before_commit: Callable[[], Awaitable[None]]) -> None:
+    """Run `before_commit` inside Faust's producer flush, after Faust's own."""
+    producer = app.producer
+    faust_flush = producer.flush
+
+    async def flush() -> None:
+        await faust_flush()
+        await before_commit()
+
+    producer.flush = flush  # type: ignore[method-assign]
+
+
+def restore_seconds(app: faust.App) -> float | None:
+    recovery = app.tables.recovery
+    started, ended = recovery._recovery_started_at, recovery._recovery_ended_at
+    if started is None or ended is None or ended < started:
+        return None
+    return ended - started
+
+
+class OffsetBook:
+    """The consumer's offset bookkeeping, and the two hooks the commit guard replaces."""
+
+    def __init__(self, app: faust.App) -> None:
+        self._app = app
+
+    @property
+    def _consumer(self) -> Any:
+        return self._app.consumer
+
+    def acked(self, tp: Any) -> list[int]:
+        """The acknowledged offsets not yet committed (Faust's own list: edit in place)."""
+        return self._consumer._acked[tp]
+
+    def forget_acked(self, tp: Any, offsets: list[int]) -> None:
+        """Drop `offsets` from the acknowledged list and its index."""
+        gone = set(offsets)
+        acked = self._consumer._acked[tp]
+        acked[:] = [o for o in acked if o not in gone]
+        self._consumer._acked_index[tp].difference_update(gone)
+
+    def committed(self, tp: Any) -> int | None:
+        return self._consumer._committed_offset.get(tp)
+
+    def gaps(self, tp: Any) -> Any:
+        """Faust's interval tree of skipped offsets counted as acknowledged."""
+        return self._consumer._gap[tp]
+
+    def add_empty_span(self, tp: Any, begin: int, end: int) -> None:
+        """Count [begin, end) as acknowledged: it holds no record (markers, retention)."""
+        self._consumer._gap[tp].addi(begin, end)
+
+    def replace_hooks(
+        self,
+        add_gap: Callable[[Any, int, int, Callable[..., Awaitable[None]]], Awaitable[None]],
+        new_offset: Callable[[Any], int | None],
+    ) -> None:
+        """Route Faust's gap recording and its choice of offset to commit through ours.
+
+        `add_gap(tp, from, to, faust_add_gap)` gets Faust's own function to delegate to.
+        """
+        consumer = self._consumer
+        faust_add_gap = consumer._add_gap
+
+        async def _add_gap(tp: Any, offset_from: int, offset_to: int) -> None:
+            await add_gap(tp, offset_from, offset_to, faust_add_gap)
+
+        consumer._add_gap = _add_gap
+        consumer._new_offset = new_offset
+
+
+class FaustOffsets:
+    """What `CommitBarrier` needs of the consumer to commit offsets, as Faust would."""
+
+    def __init__(self, app: faust.App) -> None:
+        self._app = app
+
+    def generation(self) -> int:
+        return self._app.consumer_generation_id
+
+    def assignment(self) -> set[Any]:
+        return set(self._app.consumer.assignment())
+
+    async def commit(self, offsets: Any) -> bool:
+        consumer = self._app.consumer
+        did_commit = await consumer._commit(offsets)
+        if did_commit:
+            self._app.tables.on_commit(offsets)
+            consumer._committed_offset.update(offsets)
+            self._app.monitor.on_tp_commit(offsets)
+        return did_commit
+
+
+def install_commit(app: faust.App, commit: Callable[[Any, FaustOffsets], Awaitable[bool]]) -> None:
+    """Make `commit(offsets, FaustOffsets)` the whole of Faust's offset commit.
+
+    Faust's own version flushes its producer, commits, and then records the offsets as
+    committed even when the commit failed; ours records only what the broker took.
+    Faust's transactional mode is not supported (we run at_least_once).
+    """
+    consumer = app.consumer
+    offsets = FaustOffsets(app)
+
+    async def _commit_offsets(committable: Any, start_new_transaction: bool = True) -> bool:
+        await app.producer.flush()  # Faust's own sends (table changelogs we do not use)
+        return await commit(committable, offsets)
+
+    consumer._commit_offsets = _commit_offsets

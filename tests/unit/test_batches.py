@@ -1,0 +1,59 @@
+"""A failing batch: infrastructure errors are retried, a deterministic one is split until
+the one record at fault is dead-lettered alone."""
+
+import asyncio
+
+from confluent_kafka import KafkaException
+
+from agents import batches
+from agents.batches import process_isolated
+
+
+def run(handle, events):
+    poisoned: list = []
+    asyncio.run(process_isolated("t", handle, events, lambda e, exc: poisoned.append(e)))
+    return poisoned
+
+
+def test_a_deterministic_failure_is_isolated_to_its_record():
+    handled: list = []
+
+    async def handle(batch):
+        if 13 in batch:
+            raise ValueError("bad record")
+        handled.extend(batch)
+
+    poisoned = run(handle, list(range(40)))
+    assert poisoned == [13]
+    assert sorted(handled) == [e for e in range(40) if e != 13]
+
+
+def test_several_bad_records_each_go_alone():
+    handled: list = []
+
+    async def handle(batch):
+        if any(e % 10 == 0 for e in batch):
+            raise KeyError("x")
+        handled.extend(batch)
+
+    poisoned = run(handle, list(range(1, 35)))
+    assert poisoned == [10, 20, 30]
+    assert len(handled) == 31
+
+
+def test_an_infrastructure_error_is_retried_not_dead_lettered(monkeypatch):
+    monkeypatch.setattr(batches, "MAX_BACKOFF_S", 0.0)
+    calls: list = []
+
+    async def handle(batch):
+        calls.append(list(batch))
+        if len(calls) < 4:
+            raise KafkaException("broker away")
+
+    assert run(handle, [1, 2, 3]) == []
+    assert calls == [[1, 2, 3]] * 4  # the whole batch, never split for an outage
+
+
+def test_backoff_is_bounded():
+    assert batches.backoff_s(1) < batches.backoff_s(3)
+    assert batches.backoff_s(100) == batches.MAX_BACKOFF_S
