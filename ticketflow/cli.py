@@ -417,6 +417,34 @@ def bench_pipeline(
     run(tickets, out)
 
 
+@app.command()
+def chaos(
+    rounds: Annotated[int, typer.Option(min=1, help="rounds, each on fresh topics")] = 5,
+    workers: Annotated[int, typer.Option(min=2, help="workers in each round")] = 2,
+    rate: Annotated[float, typer.Option(min=1, help="valid tickets a second")] = 100.0,
+    round_s: Annotated[float, typer.Option(min=10, help="publishing time of a round")] = 60.0,
+    seed: Annotated[int | None, typer.Option(help="the schedule's seed (random if unset)")] = None,
+    out: Annotated[Path | None, typer.Option(help="JSON and PNG (<state dir>/chaos)")] = None,
+    faults: Annotated[str, typer.Option(help="comma list to draw from (default all)")] = "",
+    drain_s: Annotated[float, typer.Option(help="most a round waits for its results")] = 120.0,
+    hostile: Annotated[str, typer.Option(help="hostile record kinds (default all; none)")] = "",
+) -> None:
+    """Fault campaign: kill and freeze workers, broker, Triton, Redis, gateway; check that
+    every ticket has exactly one result. Exits 1 when a round is not exact (docs/chaos.md)."""
+    import random
+
+    from ticketflow.chaos import Options, main, parse_faults, parse_hostile
+
+    try:
+        kinds, bad = parse_faults(faults), parse_hostile(hostile)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    s = _settings()
+    seed = random.randrange(10**6) if seed is None else seed
+    options = Options(rounds, workers, rate, round_s, seed, kinds, bad, drain_s=drain_s)
+    raise typer.Exit(main(s, options, out or s.state_dir / "chaos"))
+
+
 @app.command("schemas")
 def export_schemas(out: Path = Path("schemas/json")) -> None:
     """Export the JSON Schema of every record and API body."""
