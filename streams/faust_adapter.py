@@ -89,6 +89,16 @@ class OffsetBook:
     def committed(self, tp: Any) -> int | None:
         return self._consumer._committed_offset.get(tp)
 
+    def highwater(self, tp: Any) -> int:
+        """The partition's end as of the last fetch (0 before any fetch)."""
+        try:
+            return self._consumer.highwater(tp) or 0
+        except Exception:  # no fetch yet for a just-assigned partition
+            return 0
+
+    def is_changelog(self, tp: Any) -> bool:
+        return tp.topic in self._app.tables.changelog_topics
+
     def gaps(self, tp: Any) -> Any:
         """Faust's interval tree of skipped offsets counted as acknowledged."""
         return self._consumer._gap[tp]

@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 
 
 STUCK_S = 5.0  # a partition's commit held below unprocessed records this long is read again
+# a partition with records behind its commit that has not committed for this long is read
+# again: the records were dropped before any later one was acknowledged (see `_watch`)
+STALL_S = 20.0
 
 
 class Probe(Protocol):
@@ -62,6 +65,9 @@ class GapGuard:
         # partition -> (head, first acknowledged offset): a hole at the commit's head to probe
         self._holes: dict[Any, tuple[int, int]] = {}
         self._last_rewind = 0.0
+        # partition -> (its committed offset when last seen to move, since when)
+        self._progress: dict[Any, tuple[int | None, float]] = {}
+        self.stalls = 0  # partitions found stalled, for tests and metrics
 
     def install(self) -> None:
         self.book.replace_hooks(self._add_gap, self._new_offset)
@@ -115,13 +121,62 @@ class GapGuard:
         await self._resolve_heads()
         await self._verify()
         await self._probe_holes()
+        await self._watch()
         await self.rewind_if_needed()
+
+    async def _watch(self) -> None:
+        """Hold a partition whose commit stays put while records wait behind it.
+
+        The hooks above see records dropped between fetch and agent only through a later
+        acknowledgement (a jump, or a hole at the head). When every record after the drop
+        was dropped too (Faust clears the agents' buffers on a rebalance and during table
+        recovery, faust-streaming #596, and its fetch loop drops records below a read offset
+        that a stale iteration set after a seek), nothing is ever acknowledged again and
+        the partition would wait for ever. A commit that has not moved for STALL_S while
+        the broker holds records past it is therefore read again; if the work was only
+        slow, the cost is a repeat, which at-least-once steps and the router's ledger absorb.
+        """
+        now = time.monotonic()
+        for tp in self.app.consumer.assignment():
+            if not self._watched(tp):
+                continue
+            committed = self.book.committed(tp)
+            seen = self._progress.get(tp)
+            if seen is None or seen[0] != committed:
+                self._progress[tp] = (committed, now)
+                continue
+            if now - seen[1] < STALL_S or tp in self._pending:
+                continue
+            if await self._records_behind(tp, committed or 0):
+                log.warning(
+                    "%s[%d]: no commit for %.0f s with records waiting from offset %s; "
+                    "reading them again",
+                    *_at(tp),
+                    now - seen[1],
+                    committed,
+                )
+                self.stalls += 1
+                self._hold(tp, committed or 0)
+                self._pending[tp][1] = now - STUCK_S  # due at once
+            self._progress[tp] = (committed, now)
+
+    async def _records_behind(self, tp: Any, committed: int) -> bool:
+        end = self.book.highwater(tp)
+        if end <= committed:
+            return False
+        if self.trusted(tp.topic):  # every offset is a record
+            return True
+        found = await self._next_record(tp, committed)  # markers are no records
+        return found is not None and found < end
+
+    def _watched(self, tp: Any) -> bool:
+        return not self.book.is_changelog(tp)  # the group commits no changelog offsets
 
     def _forget_revoked(self) -> None:
         # whoever is assigned a partition next seeks to its committed offset and so
         # rereads whatever was skipped on it
         assigned = self.app.consumer.assignment()
-        for jumps in (self._pending, self._unverified, self._heads, self._holes):
+        for jumps in (self._pending, self._unverified, self._heads, self._holes, self._progress):
             for tp in [tp for tp in jumps if tp not in assigned]:
                 del jumps[tp]
 

@@ -40,6 +40,10 @@ class FakeConsumer:
         self._acked_index: defaultdict = defaultdict(set)
         self._gap: defaultdict = defaultdict(IntervalTree)
         self.assigned: set = {FEATURES, TICKETS_IN}
+        self.ends: dict = {}
+
+    def highwater(self, tp):
+        return self.ends.get(tp, 0)
 
     def _new_offset(self, tp):
         return "faust's"
@@ -68,7 +72,11 @@ def spans(consumer) -> list[tuple]:
 def guard(monkeypatch, stuck_s=0.0, probe=None):
     probe = probe or FakeProbe({})
     monkeypatch.setattr(gaps, "STUCK_S", stuck_s)
-    app = SimpleNamespace(consumer=FakeConsumer(), rebalancing=False)
+    app = SimpleNamespace(
+        consumer=FakeConsumer(),
+        rebalancing=False,
+        tables=SimpleNamespace(changelog_topics=set()),
+    )
     g = GapGuard(app, TOPICS.carries_envelopes, probe)
     g.install()
     return g, app.consumer
@@ -274,3 +282,38 @@ def test_jumps_handed_to_faust_still_count_as_acknowledged(monkeypatch):
     consumer._gap[TICKETS_IN].addi(5, 8)  # markers, as the probe found
     consumer.acked(TICKETS_IN, [8, 9])
     assert consumer._new_offset(TICKETS_IN) == 10
+
+
+def test_a_partition_whose_records_were_all_dropped_is_read_again(monkeypatch):
+    # nothing after the drop was acknowledged, so no hook ever sees it: only the watch does
+    monkeypatch.setattr(gaps, "STALL_S", 0.0)
+    g, consumer = guard(monkeypatch, stuck_s=0.0)
+    consumer.assigned = {FEATURES}
+    consumer._committed_offset[FEATURES] = 133
+    consumer.ends[FEATURES] = 1500
+    asyncio.run(g.check())  # first sight of this commit
+    asyncio.run(g.check())  # it has not moved, with 1,367 records behind it
+    assert g.stalls == 1 and consumer.seeks == 1
+
+
+def test_a_caught_up_partition_is_left_alone(monkeypatch):
+    monkeypatch.setattr(gaps, "STALL_S", 0.0)
+    g, consumer = guard(monkeypatch)
+    consumer.assigned = {FEATURES}
+    consumer._committed_offset[FEATURES] = 1500
+    consumer.ends[FEATURES] = 1500
+    asyncio.run(g.check())
+    asyncio.run(g.check())
+    assert g.stalls == 0 and consumer.seeks == 0
+
+
+def test_transaction_markers_after_the_commit_are_no_stall(monkeypatch):
+    monkeypatch.setattr(gaps, "STALL_S", 0.0)
+    probe = FakeProbe({100: 101})  # offset 100 is the marker ending the last transaction
+    g, consumer = guard(monkeypatch, probe=probe)
+    consumer.assigned = {TICKETS_IN}
+    consumer._committed_offset[TICKETS_IN] = 100
+    consumer.ends[TICKETS_IN] = 101
+    asyncio.run(g.check())
+    asyncio.run(g.check())
+    assert g.stalls == 0 and consumer.seeks == 0
