@@ -84,6 +84,7 @@ HOSTILE_KINDS: tuple[str, ...] = (
 )
 ROUTES = ("auto_classify", "manual_review", "after_sales")
 SAMPLE = 20  # ids listed in the report per kind of problem
+AFTER_HEALED_S = 10.0  # how long after a fault is healed its stall is still looked for
 
 
 # ---- the schedule -----------------------------------------------------------------------------
@@ -245,7 +246,7 @@ class FaultRecord:
     ended_at_s: float | None = None  # when healing began (restart, SIGCONT)
     healthy_at_s: float | None = None  # when the healed part answered again
     time_to_flow_s: float | None = None  # first result after ended_at_s
-    stall_s: float | None = None  # longest time without results from start to flowing again
+    stall_s: float | None = None  # longest time without results, start to 10 s after healthy
     note: str = ""  # skipped, or what went wrong while injecting or healing
 
 
@@ -393,7 +394,8 @@ class Traffic(threading.Thread):
     ) -> None:
         super().__init__(name=f"chaos-traffic-{tag}", daemon=True)
         # defaults as a user's client would have them: no idempotence, librdkafka's partitioner
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        # log_level 0: librdkafka's reconnect lines through a broker outage are expected
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 0})
         self.topic, self.tag, self.rate, self.texts = topic, tag, rate, texts
         self.pending = list(hostile)
         self.sent: list[str] = []
@@ -482,6 +484,7 @@ class Watcher(threading.Thread):
                 "group.id": f"chaos-watch-{uuid.uuid4().hex[:8]}",
                 "isolation.level": "read_committed",
                 "enable.auto.commit": False,
+                "log_level": 0,
             }
         )
         parts = []
@@ -656,6 +659,7 @@ class Campaign:
         self.workers: list[Child] = []
         self.current = RoundReport(0, 0, "", False)
         self.t0 = time.time()
+        self.published_until = self.t0
 
     def run(self) -> dict[str, Any]:
         self._check_stack()
@@ -792,6 +796,7 @@ class Campaign:
             traffic.start()
             self._play(plan.faults)
             _finish(traffic)
+            self.published_until = time.time()
             self._drain(traffic, watcher)
             _finish(watcher)
             self._check(report, traffic, watcher.seen(), rs)
@@ -920,17 +925,19 @@ class Campaign:
         times = sorted(x.at for x in results)
         report.flow_per_s = per_second(times, self.t0, int(time.time() - self.t0) + 1)
         for f in report.faults:
-            _flow_figures(f, times, self.t0)
+            _flow_figures(f, times, self.t0, self.published_until)
         if lost:
             report.where_lost = locate(rs.kafka_bootstrap, rs.topic_prefix, set(tally.lost[:3]))
 
 
-def _flow_figures(f: FaultRecord, times: Sequence[float], t0: float) -> None:
+def _flow_figures(f: FaultRecord, times: Sequence[float], t0: float, until: float) -> None:
     if f.started_at_s is None or f.ended_at_s is None:
         return
     f.time_to_flow_s = time_to_flow(times, t0 + f.ended_at_s)
-    flowing = t0 + f.ended_at_s + (f.time_to_flow_s or 0.0)
-    end = flowing if f.time_to_flow_s is not None else (times[-1] if times else flowing)
+    # a restarted worker's rejoin stops the whole group a while after it is healed: the
+    # stall is looked for until AFTER_HEALED_S past healthy, within the publishing time
+    healed = f.healthy_at_s if f.healthy_at_s is not None else f.ended_at_s
+    end = min(t0 + healed + AFTER_HEALED_S, until)
     f.stall_s = longest_stall(times, t0 + f.started_at_s, max(end, t0 + f.started_at_s))
 
 

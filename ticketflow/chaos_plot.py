@@ -58,6 +58,7 @@ def _counts(ax: Axes, rounds: list[dict[str, Any]]) -> None:
         if not r["exact"]:
             ax.annotate("not exact", (r["index"], 0), ha="center", va="bottom", color="red")
     ax.set_xticks(xs, [f"round {x}" for x in xs])
+    ax.set_xlim(min(xs, default=1) - 0.8, max(max(xs, default=1), 3) + 0.8)
     ax.set_ylabel("tickets")
     ax.set_ylim(bottom=0, top=max([1, *(max(v, default=0) for _, v, _ in series)]) * 1.3)
     ax.legend(fontsize=8, loc="upper right")
@@ -90,18 +91,25 @@ def _timeline(ax: Axes, rounds: list[dict[str, Any]]) -> None:
 
 
 def _time_to_flow(ax: Axes, rounds: list[dict[str, Any]]) -> None:
-    """Seconds from each fault's healing to the next result; a cross where none came."""
-    labels, values, colours = [], [], []
+    """Per fault: seconds from healing to the next result ("none" where none came), and the
+    longest time without results from the fault until 10 s after it was healed."""
+    labels, ttf, stall, colours = [], [], [], []
     for r in rounds:
         for f in r["faults"]:
             if f["ended_at_s"] is None:
                 continue
             labels.append(f"r{r['index']} {f['kind']}")
-            values.append(f["time_to_flow_s"])
+            ttf.append(f["time_to_flow_s"])
+            stall.append(f["stall_s"] or 0.0)
             colours.append(COLOURS.get(f["kind"], "tab:gray"))
-    xs = range(len(labels))
-    bars = ax.bar(xs, [v or 0 for v in values], color=colours)
-    ax.bar_label(bars, labels=["none" if v is None else f"{v:.1f}" for v in values], fontsize=7)
+    xs = list(range(len(labels)))
+    bars = ax.bar([x - 0.2 for x in xs], [v or 0 for v in ttf], 0.4, color=colours)
+    ax.bar_label(bars, labels=["none" if v is None else f"{v:.1f}" for v in ttf], fontsize=7)
+    bars = ax.bar([x + 0.2 for x in xs], stall, 0.4, color=colours, alpha=0.4, hatch="//")
+    ax.bar_label(bars, labels=[f"{v:.1f}" for v in stall], fontsize=7)
     ax.set_xticks(xs, labels, rotation=30, ha="right", fontsize=7)
+    ax.set_xlim(-0.8, max(len(xs), 3) - 0.2)
     ax.set_ylabel("seconds")
-    ax.set_title("time to flow again after each fault", fontsize=10)
+    ax.set_title(
+        "time to flow again after each fault (solid) and longest stall (hatched)", fontsize=10
+    )
