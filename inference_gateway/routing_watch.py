@@ -11,7 +11,11 @@ stays. A tombstone (null value) removes the config; for the default model that m
 to `routing.DEFAULT_CONFIG` (all to v1). Rollback is publishing the previous config.
 
 If Kafka cannot be reached, the gateway serves with what it has (the default config at
-first) and the thread keeps trying; `status()` says what it last saw (for /readyz).
+first) and the thread keeps trying; `status` says what it last saw (for /readyz). Every
+`check_s` the thread asks the broker for the topic's end offsets: that keeps `connected`
+true to the broker's state, and when the broker comes back after an outage, or the end has
+moved while the consumer brought nothing, the consumer is replaced by a fresh one that goes
+on from the offsets already applied, so no later change is missed and no old one re-applied.
 """
 
 from __future__ import annotations
@@ -77,6 +81,10 @@ def apply_record(router: Router, key: bytes | None, value: bytes | None) -> str:
     return "applied"
 
 
+class _Rebuild(Exception):
+    """The consumer is to be replaced (broker back after an outage, or a stalled fetch)."""
+
+
 class RoutingWatcher:
     def __init__(
         self,
@@ -86,6 +94,7 @@ class RoutingWatcher:
         *,
         poll_s: float = 0.5,
         initial_timeout_s: float = 5.0,
+        check_s: float = 5.0,
         consumer_factory: Callable[[dict[str, Any]], Any] | None = None,
     ) -> None:
         self.router = router
@@ -93,10 +102,15 @@ class RoutingWatcher:
         self.topic = topic
         self.poll_s = poll_s
         self.initial_timeout_s = initial_timeout_s
+        self.check_s = check_s
         self._factory = consumer_factory
         self._stop = threading.Event()
         self._caught_up = threading.Event()
         self._thread: threading.Thread | None = None
+        # per partition, the offset after the last record applied (or the end it reached)
+        self._next: dict[int, int] = {}
+        self._outage = False  # an error said no broker answers; cleared by a rebuild
+        self._lag: dict[int, int] = {}  # records waiting at the last check
         self.status = WatchStatus(topic)
 
     def start(self) -> bool:
@@ -121,6 +135,8 @@ class RoutingWatcher:
             "reconnect.backoff.max.ms": 2000,
             "topic.metadata.refresh.interval.ms": 2000,
             "logger": logging.getLogger("inference_gateway.kafka"),
+            # without it librdkafka only logs a lost broker: poll() never says so
+            "error_cb": self._on_error,
         }
         if self._factory is not None:
             return self._factory(settings)
@@ -128,10 +144,22 @@ class RoutingWatcher:
 
         return Consumer(settings)
 
+    def _on_error(self, error: Any) -> None:
+        from confluent_kafka import KafkaError
+
+        self.status.last_error = str(error)
+        # librdkafka's words for "no broker answers": it reconnects by itself, we report it
+        down = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE)
+        if error.code() in down:
+            self.status.connected = False
+            self._outage = True
+
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
                 self._consume()
+            except _Rebuild as why:
+                log.info("routing watch on %s: %s; reading on with a new consumer", self.topic, why)
             except Exception as error:  # keep serving with the configs we have; try again
                 self.status.connected = False
                 self.status.last_error = repr(error)
@@ -139,34 +167,77 @@ class RoutingWatcher:
                 self._stop.wait(2.0)
 
     def _consume(self) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
         consumer = self._consumer()
         try:
             partitions = self._partitions(consumer)
-            consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in partitions])
+            # where the last consumer stopped: a new one neither re-applies old configs
+            # (the topic's history) nor skips any
+            consumer.assign(
+                [
+                    TopicPartition(self.topic, p, self._next.get(p, OFFSET_BEGINNING))
+                    for p in partitions
+                ]
+            )
             self.status.connected = True
-            pending = set(partitions)  # partitions not yet read to their end
+            self._outage, self._lag = False, {}
+            pending = set(partitions) - set(self._next)  # partitions not yet read to their end
             if not pending:
                 self._mark_caught_up()
+            checked_at = time.monotonic()
             while not self._stop.is_set():
+                if time.monotonic() - checked_at >= self.check_s:
+                    checked_at = time.monotonic()
+                    self._check(consumer, partitions)
                 message = consumer.poll(self.poll_s)
-                if message is None:
-                    continue
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        pending.discard(message.partition())
-                        if not pending:
-                            self._mark_caught_up()
-                        continue
-                    self.status.last_error = str(error)
-                    if error.fatal():
-                        raise RuntimeError(str(error))
-                    continue
-                self._apply(message.key(), message.value())
+                if message is not None:
+                    self._on_message(message, pending)
         finally:
             consumer.close()
+
+    def _on_message(self, message: Any, pending: set[int]) -> None:
+        from confluent_kafka import KafkaError
+
+        error = message.error()
+        if error is None:
+            self._next[message.partition()] = message.offset() + 1
+            self._apply(message.key(), message.value())
+        elif error.code() == KafkaError._PARTITION_EOF:
+            self._next[message.partition()] = message.offset()
+            pending.discard(message.partition())
+            if not pending:
+                self._mark_caught_up()
+        else:
+            self.status.last_error = str(error)
+            if error.fatal():
+                raise RuntimeError(str(error))
+
+    def _check(self, consumer: Any, partitions: list[int]) -> None:
+        """Ask the broker for the end offsets: it answers, or we are not connected; a
+        consumer that outlived an outage, or brings nothing while records wait, is replaced."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        try:
+            ends = {
+                p: consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, p), timeout=self.check_s, cached=False
+                )[1]
+                for p in partitions
+            }
+        except KafkaException as error:
+            self.status.connected = False
+            self.status.last_error = str(error)
+            self._outage = True
+            return
+        self.status.connected = True
+        if self._outage:
+            raise _Rebuild("the broker answers again")
+        lag = {p: end - self._next[p] for p, end in ends.items() if end > self._next.get(p, end)}
+        stalled = lag and lag == self._lag
+        self._lag = lag
+        if stalled:
+            raise _Rebuild(f"{sum(lag.values())} record(s) waiting and none fetched")
 
     def _partitions(self, consumer: Any) -> list[int]:
         # the topic may not exist yet (no config ever published): wait for it, reading nothing

@@ -55,8 +55,12 @@ def test_a_tombstone_restores_the_default_or_forgets_the_model() -> None:
 
 
 class _Message:
-    def __init__(self, key, value, partition=0, eof=False) -> None:
+    def __init__(self, key, value, partition=0, eof=False, offset=0) -> None:
         self._key, self._value, self._partition, self._eof = key, value, partition, eof
+        self._offset = offset
+
+    def offset(self):
+        return self._offset
 
     def error(self):
         return KafkaError(KafkaError._PARTITION_EOF) if self._eof else None
