@@ -303,8 +303,10 @@ def dlq_replay(
 def _print_replay(report: Report) -> None:
     from rich.markup import escape
 
-    table = Table("at", "key", "outcome", "to")
-    table.add_column("reason", no_wrap=True, overflow="ellipsis", max_width=60)
+    table = Table("at", "key")
+    table.add_column("outcome", no_wrap=True)
+    table.add_column("to", overflow="fold")
+    table.add_column("reason", overflow="fold")
     # the refused and undelivered first: they are what the operator has to look at
     first = sorted(report.items, key=lambda i: i.outcome not in {"refused", "not delivered"})
     for item in first[:50]:
@@ -315,7 +317,8 @@ def _print_replay(report: Report) -> None:
             item.decision.topic or "",
             escape(item.decision.reason),
         )
-    console.print(table)
+    if report.items:
+        console.print(table)
     outcomes = sorted({i.outcome for i in report.items})
     summary = ", ".join(f"{report.count(o)} {o}" for o in outcomes) or "nothing to replay"
     console.print(f"{summary}; {report.skipped} not matching the filters")
