@@ -112,7 +112,8 @@ def decide(headers: RawHeaders, routes: Routes) -> Decision:
     count = replay_count(raw_count)
     parked = routes.topics.dlq_parked
     if count is None:
-        return Decision("park", parked, f"forged {REPLAY_COUNT} {raw_count!r}")
+        # a forged header may be long: the reason goes into a header and the report
+        return Decision("park", parked, f"forged {REPLAY_COUNT} {raw_count[:32]!r}")
     if count >= routes.max_replays:
         return Decision(
             "park", parked, f"replayed {count} times (max_replays {routes.max_replays})"
