@@ -148,11 +148,15 @@ def test_fused_steps_keep_every_audit_entry_and_decision_step(tmp_path, live_sta
         results = p.results_for(batch, timeout_s=120)
         assert_exactly_once(batch, results, p)
         steps = ["validate", "clean", "features", "infer", "rules", "route"]
+        paths = {}
         for m in results:
-            assert [e["step"] for e in orjson.loads(m.value())["decision_path"]] == steps
-        entries = audit.until(lambda rs: len(rs) >= len(batch) * len(steps), 60, 2)
+            path = [e["step"] for e in orjson.loads(m.value())["decision_path"]]
+            # a retry of a step (the gateway overloaded on a busy machine) adds an entry
+            assert [s for i, s in enumerate(path) if i == 0 or path[i - 1] != s] == steps
+            paths[m.key().decode()] = len(path)
+        entries = audit.until(lambda rs: len(rs) >= sum(paths.values()), 60, 2)
         per_ticket = Counter(m.key().decode() for m in entries)
-        assert set(per_ticket.values()) == {len(steps)}, per_ticket.most_common(3)
+        assert per_ticket == Counter(paths), "an audit entry per decision step"
         # two hops, not six: the middle steps' topics carried nothing
         assert topic_size(p.settings, p.topics.step("infer")) == 0
         assert topic_size(p.settings, p.topics.step("features")) == len(batch)
