@@ -3,10 +3,16 @@ the one record at fault is dead-lettered alone."""
 
 import asyncio
 
+import pytest
 from confluent_kafka import KafkaException
 
 from agents import batches
 from agents.batches import process_isolated
+
+
+@pytest.fixture(autouse=True)
+def no_waiting(monkeypatch):
+    monkeypatch.setattr(batches, "MAX_BACKOFF_S", 0.0)
 
 
 def run(handle, events):
@@ -41,8 +47,7 @@ def test_several_bad_records_each_go_alone():
     assert len(handled) == 31
 
 
-def test_an_infrastructure_error_is_retried_not_dead_lettered(monkeypatch):
-    monkeypatch.setattr(batches, "MAX_BACKOFF_S", 0.0)
+def test_an_infrastructure_error_is_retried_not_dead_lettered():
     calls: list = []
 
     async def handle(batch):
@@ -54,6 +59,44 @@ def test_an_infrastructure_error_is_retried_not_dead_lettered(monkeypatch):
     assert calls == [[1, 2, 3]] * 4  # the whole batch, never split for an outage
 
 
-def test_backoff_is_bounded():
+def test_backoff_is_bounded(monkeypatch):
+    monkeypatch.setattr(batches, "MAX_BACKOFF_S", 5.0)
     assert batches.backoff_s(1) < batches.backoff_s(3)
-    assert batches.backoff_s(100) == batches.MAX_BACKOFF_S
+    assert batches.backoff_s(100) == 5.0
+
+
+def test_a_batch_failing_record_by_record_is_the_system_not_the_records():
+    # an outage can surface as an error nobody listed: every record fails, each alone
+    calls = {"n": 0}
+    handled: list = []
+
+    async def handle(batch):
+        calls["n"] += 1
+        if calls["n"] < 30:
+            raise RuntimeError("changelog shows no partitions")
+        handled.extend(batch)
+
+    assert run(handle, list(range(8))) == []
+    assert sorted(handled) == list(range(8))
+
+
+def test_a_record_that_passes_when_tried_again_is_not_dead_lettered():
+    seen: list = []
+
+    async def handle(batch):
+        seen.append(list(batch))
+        if batch == [5] and seen.count([5]) == 1:
+            raise ValueError("flaky once")
+
+    assert run(handle, [5]) == []
+
+
+def test_a_record_failing_alone_every_time_is_dead_lettered_after_confirmation():
+    tries: list = []
+
+    async def handle(batch):
+        tries.append(list(batch))
+        raise ValueError("always")
+
+    assert run(handle, [7]) == [7]
+    assert tries.count([7]) == 1 + batches.CONFIRM_ATTEMPTS
