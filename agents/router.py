@@ -134,7 +134,11 @@ class Router:
             raise  # still ours (a rebalance gave it straight back): retried on a new producer
         for item in items:
             self.ledger.add(partition, item.result.ticket_id)
-            self._completed(item)
+        for item in items:
+            try:
+                self._completed(item)
+            except Exception as exc:  # the result is committed; only its status is stale
+                log.warning("ticket %s: state not updated (%r)", item.result.ticket_id, exc)
 
     def _completed(self, item: Pending) -> None:
         env, result, router = item.env, item.result, self.topology.router.name
