@@ -264,7 +264,9 @@ class RoundReport:
     doubled: int = 0
     lost_ids: list[str] = field(default_factory=list)
     doubled_ids: dict[str, int] = field(default_factory=dict)
-    lost_in_dlq: dict[str, int] = field(default_factory=dict)  # error class -> valid tickets
+    # lost tickets found dead-lettered: "<class> at <step>: <reason>" -> tickets
+    lost_in_dlq: dict[str, int] = field(default_factory=dict)
+    dlq_duplicates: int = 0  # dead letters beyond the first for the same key
     unexpected: int = 0
     dlq_expected: int = 0
     dlq_found: int = 0
@@ -467,7 +469,7 @@ class Seen:
     topic: str
     key: str
     at: float  # wall clock when this read_committed consumer got it
-    error_class: str = ""
+    dead_letter: str = ""  # for a dead letter: "<class> at <step>: <reason>"
 
 
 class Watcher(threading.Thread):
@@ -506,11 +508,14 @@ class Watcher(threading.Thread):
             self.consumer.close()
 
     def _keep(self, msg) -> None:
-        headers = dict(msg.headers() or [])
-        cls = (headers.get("x-dlq-error-class") or b"").decode("utf-8", "replace")
+        h = {k: (v or b"").decode("utf-8", "replace") for k, v in msg.headers() or []}
+        why = ""
+        if "x-dlq-error-class" in h:
+            reason = h.get("x-dlq-reason", "").splitlines()[0][:80] if h.get("x-dlq-reason") else ""
+            why = f"{h['x-dlq-error-class']} at {h.get('x-dlq-step', '?')}: {reason}"
         key = (msg.key() or b"").decode("utf-8", "replace")
         with self._lock:
-            self._seen.append(Seen(msg.topic(), key, time.time(), cls))
+            self._seen.append(Seen(msg.topic(), key, time.time(), why))
 
     def seen(self) -> list[Seen]:
         with self._lock:
@@ -528,24 +533,30 @@ def locate(
             "group.id": f"chaos-locate-{uuid.uuid4().hex[:8]}",
             "isolation.level": "read_uncommitted",
             "enable.auto.commit": False,
-            "enable.partition.eof": True,
+            "log_level": 0,
         }
     )
     found: dict[str, Counter[str]] = {k: Counter() for k in keys}
     deadline = time.monotonic() + timeout_s
     try:
-        topics = c.list_topics(timeout=10).topics
-        for name in sorted(t for t in topics if t.startswith(prefix)):
-            c.assign([TopicPartition(name, p, OFFSET_BEGINNING) for p in topics[name].partitions])
-            left = len(topics[name].partitions)
-            while left and time.monotonic() < deadline:
-                for msg in c.consume(1000, 1.0) or [None]:
-                    if msg is None or msg.error():  # end of a partition, or nothing more
-                        left -= 1
-                        continue
-                    key = (msg.key() or b"").decode("utf-8", "replace")
-                    if key in found:
-                        found[key][name.removeprefix(prefix)] += 1
+        meta = c.list_topics(timeout=10).topics
+        ends = {
+            TopicPartition(t, p): c.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1]
+            for t in meta
+            if t.startswith(prefix)
+            for p in meta[t].partitions
+        }
+        todo = {(tp.topic, tp.partition): high for tp, high in ends.items() if high > 0}
+        c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in todo])
+        while todo and time.monotonic() < deadline:
+            for msg in c.consume(5000, 0.5):
+                key = None if msg.error() else (msg.key() or b"").decode("utf-8", "replace")
+                if key in found:
+                    found[key][msg.topic().removeprefix(prefix)] += 1
+            # the position, not the last record: it also steps over a closing txn marker
+            for tp in c.position([TopicPartition(t, p) for t, p in todo]):
+                if tp.offset >= todo[(tp.topic, tp.partition)]:
+                    del todo[(tp.topic, tp.partition)]
     finally:
         c.close()
     return {k: dict(v) for k, v in found.items()}
@@ -917,7 +928,11 @@ class Campaign:
         report.lost, report.lost_ids = len(tally.lost), tally.lost[:SAMPLE]
         report.doubled = len(tally.doubled)
         report.doubled_ids = dict(list(tally.doubled.items())[:SAMPLE])
-        report.lost_in_dlq = dict(Counter(x.error_class for x in dead if x.key in lost))
+        # once per ticket: a redelivered record may be dead-lettered twice
+        report.lost_in_dlq = dict(
+            Counter({x.key: x.dead_letter for x in dead if x.key in lost}.values())
+        )
+        report.dlq_duplicates = len(dead) - len({x.key for x in dead})
         report.dlq_expected = len(hostile)
         report.dlq_missing = sorted(hostile - {x.key for x in dead})
         report.dlq_found = len(hostile) - len(report.dlq_missing)
