@@ -56,7 +56,14 @@ def _counts(ax: Axes, rounds: list[dict[str, Any]]) -> None:
         ax.bar_label(bars, fontsize=7)
     for r in rounds:
         if not r["exact"]:
-            ax.annotate("not exact", (r["index"], 0), ha="center", va="bottom", color="red")
+            ax.annotate(
+                "not exact",
+                (r["index"], 0.97),
+                xycoords=("data", "axes fraction"),
+                ha="center",
+                va="top",
+                color="red",
+            )
     ax.set_xticks(xs, [f"round {x}" for x in xs])
     ax.set_xlim(min(xs, default=1) - 0.8, max(max(xs, default=1), 3) + 0.8)
     ax.set_ylabel("tickets")
@@ -75,19 +82,30 @@ def _timeline(ax: Axes, rounds: list[dict[str, Any]]) -> None:
         for f in r["faults"]:
             if f["started_at_s"] is None:
                 continue
-            end = f["ended_at_s"] if f["ended_at_s"] is not None else f["started_at_s"]
             label = None if f["kind"] in seen else f["kind"]
             seen.add(f["kind"])
-            colour = COLOURS.get(f["kind"], "tab:gray")
-            ax.axvspan(f["started_at_s"], end, lane / len(rounds), (lane + 0.9) / len(rounds),
-                       color=colour, alpha=0.35, label=label)  # fmt: skip
-            if f["time_to_flow_s"] is not None:
-                ax.plot(end + f["time_to_flow_s"], lane + 0.85, "v", color=colour, ms=5)
+            _fault_span(ax, f, lane, len(rounds), label)
     ax.set_ylim(0, len(rounds))
     ax.set_yticks([i + 0.4 for i in range(len(rounds))], [f"round {r['index']}" for r in rounds])
     ax.set_xlabel("seconds since publishing began (line: results per second, scaled per round)")
     ax.legend(fontsize=7, loc="upper right", ncol=4)
-    ax.set_title("faults (span: injected → healing began; ▼ first result after)", fontsize=10)
+    ax.set_title(
+        "faults (dark: injected → healing began; light: until healthy; ▼ first result after)",
+        fontsize=10,
+    )
+
+
+def _fault_span(ax: Axes, f: dict[str, Any], lane: int, lanes: int, label: str | None) -> None:
+    """Dark from injection to healing, light while the healed part comes back, ▼ at the
+    first result after healing began."""
+    colour = COLOURS.get(f["kind"], "tab:gray")
+    low, high = lane / lanes, (lane + 0.9) / lanes
+    end = f["ended_at_s"] if f["ended_at_s"] is not None else f["started_at_s"]
+    ax.axvspan(f["started_at_s"], end, low, high, color=colour, alpha=0.45, label=label)
+    if f["healthy_at_s"] is not None:
+        ax.axvspan(end, f["healthy_at_s"], low, high, color=colour, alpha=0.15)
+    if f["time_to_flow_s"] is not None:
+        ax.plot(end + f["time_to_flow_s"], lane + 0.85, "v", color=colour, ms=5)
 
 
 def _time_to_flow(ax: Axes, rounds: list[dict[str, Any]]) -> None:
