@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 import aiokafka.errors
 import redis.exceptions
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from faust.exceptions import ConsumerNotStarted, PartitionsMismatch
 
 from agents import metrics
@@ -46,6 +46,26 @@ INFRA_ERRORS: tuple[type[BaseException], ...] = (
     redis.exceptions.TimeoutError,
     aiohttp.ClientError,
 )
+
+
+# Kafka errors about the record itself, not about the cluster
+RECORD_FAULTS = frozenset(
+    {
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.INVALID_MSG_SIZE,
+        KafkaError.INVALID_MSG,
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+        KafkaError._INVALID_ARG,
+    }
+)
+
+
+def is_infrastructure(exc: BaseException) -> bool:
+    """Whether `exc` says a service is away, rather than that the record is at fault."""
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0].code() not in RECORD_FAULTS
+    return isinstance(exc, INFRA_ERRORS)
 
 
 def backoff_s(attempt: int) -> float:
@@ -82,7 +102,7 @@ async def process_isolated(
         for event, exc in suspects:
             if await _fails_again(what, handle, event):
                 log.error("%s: a record fails on its own (%s); dead-lettered", what, _describe(exc))
-                poisoned(event, exc)
+                _dead_letter(what, poisoned, event, exc)
             # else it went through on a later attempt: handled
 
 
@@ -97,19 +117,20 @@ async def _bisect(
         try:
             await handle(batch)
             succeeded += len(batch)
-        except INFRA_ERRORS as exc:
+        except Exception as exc:
+            if not is_infrastructure(exc):
+                if len(batch) == 1:
+                    suspects.append((batch[0], exc))
+                    continue
+                metrics.BATCH_SPLITS.labels(what).inc()
+                half = len(batch) // 2
+                pending.extend([batch[half:], batch[:half]])  # the first half goes first
+                continue
             attempt += 1
             metrics.INFRA_RETRIES.labels(what).inc()
             log.warning("%s: %s (attempt %d); retrying", what, _describe(exc), attempt)
             pending.append(batch)
             await asyncio.sleep(backoff_s(attempt))
-        except Exception as exc:
-            if len(batch) == 1:
-                suspects.append((batch[0], exc))
-                continue
-            metrics.BATCH_SPLITS.labels(what).inc()
-            half = len(batch) // 2
-            pending.extend([batch[half:], batch[:half]])  # the first half goes first
     return succeeded, suspects
 
 
@@ -124,12 +145,22 @@ async def _fails_again(
         try:
             await handle([event])
             return False
-        except INFRA_ERRORS as exc:
+        except Exception as exc:
+            if not is_infrastructure(exc):
+                failures += 1
+                continue
             metrics.INFRA_RETRIES.labels(what).inc()
             log.warning("%s: %s (attempt %d); retrying", what, _describe(exc), attempt)
-        except Exception:
-            failures += 1
     return True
+
+
+def _dead_letter(
+    what: str, poisoned: Callable[[Any, BaseException], None], event: Any, exc: BaseException
+) -> None:
+    try:
+        poisoned(event, exc)
+    except Exception:  # nothing more can be done for it here: say so loudly
+        log.critical("%s: a record at fault could not be dead-lettered either", what, exc_info=True)
 
 
 def _describe(exc: BaseException) -> str:

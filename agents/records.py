@@ -28,15 +28,12 @@ from schemas.tickets import Envelope, ErrorClass, ReviewDecision, Ticket
 from schemas.workflow import RetryPolicy
 
 REASON_LIMIT = 1000
-# `x-replay-count` above this reads as this: as good as "replayed too often"
-REPLAY_CAP = 1_000_000
 # a worker never writes a larger attempt number: it retries only below a policy's maximum
 MAX_ATTEMPT: int = next(
     m.le for m in RetryPolicy.model_fields["max_attempts"].metadata if hasattr(m, "le")
 )
 # W3C trace context, version 00 layout: version-traceid-parentid-flags, lower-case hex
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
-_DIGITS = re.compile(r"\+?([0-9]+)")
 
 
 class _Unchecked:
@@ -67,20 +64,6 @@ def header(headers: object, name: str) -> str | None:
         return _text(found)
     except Exception:  # an object whose iteration itself fails: no headers to speak of
         return None
-
-
-def replay_count(headers: object) -> int:
-    """How often ops replayed this record (`x-replay-count`); 0 when absent or unreadable.
-
-    Only plain non-negative integers count: "abc", "-5", "1.5" read as 0 (a fresh dead
-    letter, not a parked one), a number too long to be real reads as REPLAY_CAP.
-    """
-    value = (header(headers, "x-replay-count") or "").strip()
-    match = _DIGITS.fullmatch(value)
-    if match is None:
-        return 0
-    digits = match.group(1).lstrip("0") or "0"
-    return REPLAY_CAP if len(digits) > 7 else min(int(digits), REPLAY_CAP)
 
 
 def traceparent(headers: object) -> str | None:

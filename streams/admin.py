@@ -7,14 +7,15 @@ from collections.abc import Iterable
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from streams.settings import Settings
-from streams.topics import AUDIT_RETENTION_MS, Topics
+from streams.topics import AUDIT_RETENTION_MS, DLQ_MAX_MESSAGE_BYTES, Topics
 
 RETRY_TIERS_MS = (200, 400, 800, 1600, 3200)
 
 
 def pipeline_topics(topics: Topics, steps: Iterable[str], routes: Iterable[str]) -> dict[str, dict]:
     """Every topic of a workflow, mapped to its topic-level config."""
-    names: dict[str, dict] = {topics.tickets_in: {}, topics.dlq: {}, topics.dlq_parked: {}}
+    dlq = {"max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)}
+    names: dict[str, dict] = {topics.tickets_in: {}, topics.dlq: dlq, topics.dlq_parked: dlq}
     names.update({topics.step(s): {} for s in steps})
     names.update({topics.retry(d): {} for d in RETRY_TIERS_MS})
     names.update({topics.out(r): {} for r in [*routes, "reviewed"]})

@@ -18,6 +18,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from streams.topics import DLQ_MAX_MESSAGE_BYTES
+
 log = logging.getLogger(__name__)
 
 Headers = Sequence[tuple[str, bytes]]
@@ -32,6 +34,8 @@ BASE_CONFIG: dict[str, Any] = {
     # librdkafka leaves Nagle's algorithm on; our records are small and latency-bound, and
     # linger.ms already batches them (asyncio, so aiokafka, turns Nagle off too)
     "socket.nagle.disable": True,
+    # room for a dead letter: an input record at the broker's limit plus x-dlq-* headers
+    "message.max.bytes": DLQ_MAX_MESSAGE_BYTES + 64 * 1024,
 }
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 AUDIT_RETENTION_MS = 180 * 24 * 3600 * 1000
+# a dead letter is its record's bytes plus x-dlq-* headers: the dead-letter topics take
+# records well past the broker's default limit, which is what any input topic allows
+DLQ_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)

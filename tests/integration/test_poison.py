@@ -310,13 +310,6 @@ def test_hostile_records_are_dead_lettered_alone_and_valid_tickets_complete(pipe
     assert services.worker_ready(pipeline.settings), "the worker stopped serving"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the worker's producer allows 1,000,000 bytes (librdkafka's default), as a stock "
-    "producer does: a value of 999,963 bytes fits tickets.in but not its dead letter (the same "
-    "bytes plus x-dlq-* headers), and MSG_SIZE_TOO_LARGE is retried as infrastructure; fix: "
-    "message.max.bytes of streams/producer.py up to the broker's limit (1,048,588)",
-)
 def test_a_record_at_the_producers_limit_is_dead_lettered_and_its_partition_goes_on(pipeline):
     warm_up(pipeline)
     limit = Record(b"h-limit", b"x" * 999_900, (), "PAYLOAD_TOO_LARGE")

@@ -100,3 +100,13 @@ def test_a_record_failing_alone_every_time_is_dead_lettered_after_confirmation()
 
     assert run(handle, [7]) == [7]
     assert tries.count([7]) == 1 + batches.CONFIRM_ATTEMPTS
+
+
+def test_a_kafka_error_about_the_record_is_the_records_fault():
+    from confluent_kafka import KafkaError
+
+    too_large = KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+    assert not batches.is_infrastructure(too_large)
+    assert batches.is_infrastructure(KafkaException(KafkaError(KafkaError._TRANSPORT)))
+    assert batches.is_infrastructure(ConnectionRefusedError())
+    assert not batches.is_infrastructure(ValueError())
