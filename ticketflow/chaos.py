@@ -809,6 +809,7 @@ class Campaign:
             _finish(traffic)
             self.published_until = time.time()
             self._drain(traffic, watcher)
+            self._check_alive()
             _finish(watcher)
             self._check(report, traffic, watcher.seen(), rs)
         except Exception as exc:  # reported as the round's failure; the campaign goes on
@@ -913,6 +914,16 @@ class Campaign:
             self._sleep_until(time.time() + 0.5)
         self.current.drain_s = round(time.monotonic() - start, 1)
         self._sleep_until(time.time() + self.o.settle_s)
+
+    def _check_alive(self, timeout_s: float = 30.0) -> None:
+        """Every worker must be serving at the end: alive but not ready is a stuck worker
+        (a moment of rebalancing is allowed for)."""
+        deadline = time.time() + timeout_s
+        waiting = list(self.workers)
+        while waiting and time.time() < deadline:
+            waiting = [w for w in waiting if not w.ready()]
+            self._sleep_until(time.time() + 0.5)
+        self.current.errors += [f"{w.name} not ready at the end (stuck)" for w in waiting]
 
     def _check(self, report: RoundReport, traffic: Traffic, seen: list[Seen], rs: Settings) -> None:
         topics = Topics(rs.topic_prefix)

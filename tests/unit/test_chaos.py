@@ -332,3 +332,9 @@ def test_a_fault_that_fails_to_heal_is_an_error_and_the_part_is_restored(campaig
     assert "did not become healthy" in record.note
     assert campaign.current.errors and attempts == ["kafka", "kafka"]
     assert campaign.down_parts == set()
+
+
+def test_a_worker_alive_but_not_serving_at_the_end_is_reported_stuck(campaign):
+    campaign.workers[1].ready = lambda: False
+    campaign._check_alive(timeout_s=0.6)
+    assert campaign.current.errors == ["w1 not ready at the end (stuck)"]
