@@ -241,6 +241,10 @@ class FakeService:
         self.process.returncode = -9
 
 
+def _no_process(*args, **kwargs):
+    raise AssertionError("a unit test must not start a process")
+
+
 @pytest.fixture
 def campaign(monkeypatch, tmp_path):
     calls: list[tuple] = []
@@ -258,12 +262,13 @@ def campaign(monkeypatch, tmp_path):
     )
     spawned: list[str] = []
 
-    def spawn_all(children, timeout_s):
-        for child in children:
-            spawned.append(child.name)
-            child.service, child.down = FakeService(), False
+    def spawn(child):  # no real process: a supervisor's restart spawns directly
+        spawned.append(child.name)
+        child.service, child.down = FakeService(), False
 
-    monkeypatch.setattr(chaos, "_spawn_all", spawn_all)
+    monkeypatch.setattr(chaos.Child, "spawn", spawn)
+    monkeypatch.setattr(chaos.Child, "await_ready", lambda child, timeout_s: None)
+    monkeypatch.setattr(chaos.services, "start", _no_process)
     c = chaos.Campaign(Settings(state_dir=tmp_path), chaos.Options(rounds=1, round_s=20))
     c.gateway = chaos.Child("gw", c.s, ["gateway"], lambda: True, FakeService())
     c.workers = [chaos.Child(f"w{i}", c.s, ["worker"], lambda: True, FakeService()) for i in (0, 1)]
@@ -316,6 +321,7 @@ def test_a_worker_that_dies_on_its_own_is_reported_and_started_again(campaign):
     campaign._supervise()
     (died,) = campaign.current.workers_died
     assert died["worker"] == "w0" and died["rc"] == 1
+    assert campaign.spawned == ["w0"]
     assert campaign.workers[0].service.process.returncode is None  # a new process
 
 
