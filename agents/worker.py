@@ -36,7 +36,12 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
     engine.build()
     # our topics get their partition counts and configs before Faust would auto-create them
     steps = [s.name for s in engine.later_steps()]
-    ensure_topics(settings, pipeline_topics(engine.topics, steps, definition.routes))
+    topics = pipeline_topics(engine.topics, steps, definition.routes)
+    # the state table's changelog too: a worker that subscribes before it exists never
+    # learns its partitions, and every state write then fails (two workers starting on
+    # fresh topics at once)
+    topics[engine.state.changelog_topic.get_topic_name()] = {"cleanup.policy": "compact"}
+    ensure_topics(settings, topics)
 
     @app.timer(1.0)
     async def _breaker_clock() -> None:

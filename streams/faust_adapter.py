@@ -96,6 +96,12 @@ class OffsetBook:
         except Exception:  # no fetch yet for a just-assigned partition
             return 0
 
+    async def seek(self, positions: dict[Any, int]) -> None:
+        """Read each partition again from its offset (Faust's `perform_seek` skips a
+        partition that has no committed offset, so it cannot reread one never committed)."""
+        for tp, offset in positions.items():
+            await self._consumer.seek(tp, offset)
+
     def is_changelog(self, tp: Any) -> bool:
         return tp.topic in self._app.tables.changelog_topics
 

@@ -252,7 +252,7 @@ class GapGuard:
             )
             self._pending[tp][1] = now
         self._last_rewind = now
-        await self.app.consumer.perform_seek()
+        await self.book.seek({tp: int(self._pending[tp][0]) for tp in stuck})
         self.rewinds += 1
 
 

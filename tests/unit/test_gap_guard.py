@@ -35,6 +35,7 @@ class FakeConsumer:
     def __init__(self) -> None:
         self.faust_gaps: list[tuple] = []
         self.seeks = 0
+        self.positions: dict = {}
         self._committed_offset: dict = {}
         self._acked: defaultdict = defaultdict(list)
         self._acked_index: defaultdict = defaultdict(set)
@@ -58,8 +59,9 @@ class FakeConsumer:
     async def _add_gap(self, tp, offset_from, offset_to):
         self.faust_gaps.append((tp.topic, offset_from, offset_to))
 
-    async def perform_seek(self):
+    async def seek(self, tp, offset):
         self.seeks += 1
+        self.positions[tp] = offset
 
 
 def spans(consumer) -> list[tuple]:
@@ -293,7 +295,19 @@ def test_a_partition_whose_records_were_all_dropped_is_read_again(monkeypatch):
     consumer.ends[FEATURES] = 1500
     asyncio.run(g.check())  # first sight of this commit
     asyncio.run(g.check())  # it has not moved, with 1,367 records behind it
-    assert g.stalls == 1 and consumer.seeks == 1
+    assert g.stalls == 1 and consumer.positions == {FEATURES: 133}
+
+
+def test_a_partition_never_committed_is_read_again_from_its_start(monkeypatch):
+    # Faust's perform_seek leaves a partition without a committed offset where it is
+    monkeypatch.setattr(gaps, "STALL_S", 0.0)
+    probe = FakeProbe({0: 0})  # offset 0 of a fresh tickets.in partition: a ticket
+    g, consumer = guard(monkeypatch, probe=probe)
+    consumer.assigned = {TICKETS_IN}
+    consumer.ends[TICKETS_IN] = 1
+    asyncio.run(g.check())
+    asyncio.run(g.check())
+    assert consumer.positions == {TICKETS_IN: 0}
 
 
 def test_a_caught_up_partition_is_left_alone(monkeypatch):
