@@ -85,6 +85,9 @@ class Collector:
         )
         self._c.subscribe(topics)
         self.records: list[Message] = []
+        # its group never commits, so a rebalance (a broker restart) rewinds it to the
+        # start: a record read again is the same record, not a second result
+        self._seen: set[tuple[str, int, int]] = set()
 
     def until(
         self, want: Callable[[list[Message]], bool], timeout_s: float, settle_s: float = 3.0
@@ -99,7 +102,11 @@ class Collector:
 
     def _poll(self, timeout_s: float) -> None:
         msg = self._c.poll(timeout_s)
-        if msg is not None and not msg.error():
+        if msg is None or msg.error():
+            return
+        where = (msg.topic(), msg.partition(), msg.offset())
+        if where not in self._seen:
+            self._seen.add(where)
             self.records.append(msg)
 
     def close(self) -> None:
