@@ -142,7 +142,9 @@ class GapGuard:
                 continue
             committed = self.book.committed(tp)
             seen = self._progress.get(tp)
-            if seen is None or seen[0] != committed:
+            # work acknowledged and waiting for a commit (a broker that is away, a hole
+            # the hooks hold) is not a stall: only a partition with nothing acknowledged is
+            if seen is None or seen[0] != committed or self.book.acked(tp):
                 self._progress[tp] = (committed, now)
                 continue
             if now - seen[1] < STALL_S or tp in self._pending:

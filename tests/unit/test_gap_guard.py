@@ -331,3 +331,16 @@ def test_transaction_markers_after_the_commit_are_no_stall(monkeypatch):
     asyncio.run(g.check())
     asyncio.run(g.check())
     assert g.stalls == 0 and consumer.seeks == 0
+
+
+def test_acknowledged_work_waiting_for_a_commit_is_no_stall(monkeypatch):
+    # the broker is away: nothing commits, but the partition is not stuck
+    monkeypatch.setattr(gaps, "STALL_S", 0.0)
+    g, consumer = guard(monkeypatch)
+    consumer.assigned = {FEATURES}
+    consumer._committed_offset[FEATURES] = 133
+    consumer.ends[FEATURES] = 1500
+    consumer.acked(FEATURES, [140, 141])  # a hole at 133..139, which the hooks handle
+    asyncio.run(g.check())
+    asyncio.run(g.check())
+    assert g.stalls == 0
