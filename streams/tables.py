@@ -59,12 +59,12 @@ class WriteBehindTable(faust.Table):
     def on_key_set(self, key: Any, value: Any) -> None:
         partition = self.partition_for_key(key)
         self._dirty[(partition, key)] = value
-        self._sensor_on_set(self, key, value)
+        self.app.sensors.on_table_set(self, key, value)
 
     def on_key_del(self, key: Any) -> None:
         partition = self.partition_for_key(key)
         self._dirty[(partition, key)] = _DELETED
-        self._sensor_on_del(self, key)
+        self.app.sensors.on_table_del(self, key)
 
     def flush_changelog(self) -> int:
         """Queue every pending write on the sink; how many."""
