@@ -128,7 +128,6 @@ class WorkflowEngine:
         )
         self.barrier = CommitBarrier(self.router, self.producer, self.state, self._broken)
         self.review = ReviewAgent(self.states, self.emitter, self.topics)
-        self._later = {s.name for s in self.topology.later_steps()}
 
     @property
     def definition(self) -> WorkflowDefinition:
@@ -260,8 +259,8 @@ class WorkflowEngine:
         try:
             return read_envelope(
                 msg.value,
-                self._later,
-                set(self.topology.versions),
+                self.topology.later_names,
+                self.topology.version_numbers,
                 key=msg.key,
                 step=step.name,
             )
@@ -319,8 +318,8 @@ class WorkflowEngine:
             try:
                 env = read_envelope(
                     msg.value,
-                    self._later,
-                    set(self.topology.versions),
+                    self.topology.later_names,
+                    self.topology.version_numbers,
                     key=msg.key,
                 )
             except BadRecord as exc:

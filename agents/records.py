@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from datetime import datetime, timezone
 from typing import Any, Final, TypeVar
 
@@ -107,8 +108,8 @@ def read_ticket(value: object, key: object, headers: object, max_bytes: int) -> 
 
 def read_envelope(
     value: object,
-    known_steps: set[str],
-    versions: set[int],
+    known_steps: AbstractSet[str],
+    versions: AbstractSet[int],
     *,
     key: object = NO_KEY,
     step: str | None = None,
@@ -245,7 +246,11 @@ def _validated(model: type[M], data: Any, error_class: ErrorClass, what: str) ->
 
 
 def _envelope_problem(
-    env: Envelope, known_steps: set[str], versions: set[int], key: object, step: str | None
+    env: Envelope,
+    known_steps: AbstractSet[str],
+    versions: AbstractSet[int],
+    key: object,
+    step: str | None,
 ) -> str | None:
     if env.step not in known_steps:
         return f"envelope for step {env.step!r}, which no workflow version here has"

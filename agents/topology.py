@@ -29,6 +29,9 @@ class Topology:
         self.versions = {d.version: d for d in [*earlier, definition]}
         self.first = definition.steps[0]
         self.router = next(s for s in definition.steps if s.type == "router")
+        # what a record on a step or retry topic may name: computed once, read per record
+        self.later_names = frozenset(s.name for s in self.later_steps())
+        self.version_numbers = frozenset(self.versions)
 
     def later_steps(self) -> list[Step]:
         """Every step after validation, of every version in flight (the newest config)."""
@@ -36,10 +39,6 @@ class Topology:
         for version in sorted(self.versions):
             steps.update({s.name: s for s in self.versions[version].steps[1:]})
         return list(steps.values())
-
-    @property
-    def step_names(self) -> frozenset[str]:
-        return frozenset(s.name for d in self.versions.values() for s in d.steps)
 
     def definition_of(self, env: Envelope) -> WorkflowDefinition:
         return self.versions.get(env.workflow_version, self.definition)
@@ -56,7 +55,7 @@ class Topology:
 
     def knows(self, env: Envelope) -> bool:
         """Whether this worker can run the envelope's current step."""
-        return env.step in self.step_names and env.step != self.first.name
+        return env.step in self.later_names
 
     def hop(self, env: Envelope, after: str) -> Hop:
         """The ticket's next step after `after`; only a router ends a workflow."""

@@ -7,9 +7,8 @@ since a private attribute can change meaning in a patch release.
 What we need from inside Faust, and why:
 - `set_current_event`: a table write goes to the changelog partition of the *current*
   event; in a batch that is the last event taken, not the ticket's own.
-- `install_flush_hook`: Faust flushes its producer just before it commits offsets, on
-  the commit timer and on a revocation. That flush is where our `CommitBarrier` runs,
-  so a committed input always has its outputs and state on the broker.
+- `install_commit`: Faust's offset commit is replaced by `CommitBarrier.commit`, so a
+  committed input always has its results, outputs and state on the broker.
 - `OffsetBook`: the consumer's acknowledged offsets, gaps and committed offsets, which
   the commit guard (`streams/gaps.py`) reads to decide what may be committed.
 - `restore_seconds`: how long the last table restore took (Faust keeps no public figure).
@@ -43,18 +42,6 @@ def check_version(installed: str | None = None) -> None:
 
 def set_current_event(event: faust.EventT) -> None:
     _current_event.set(weakref.ref(event))
-
-
-def install_flush_hook(app: faust.App, before_commit: Callable[[], Awaitable[None]]) -> None:
-    """Run `before_commit` inside Faust's producer flush, after Faust's own."""
-    producer = app.producer
-    faust_flush = producer.flush
-
-    async def flush() -> None:
-        await faust_flush()
-        await before_commit()
-
-    producer.flush = flush  # type: ignore[method-assign]
 
 
 def restore_seconds(app: faust.App) -> float | None:
