@@ -12,10 +12,14 @@ What we need from inside Faust, and why:
 - `OffsetBook`: the consumer's acknowledged offsets, gaps and committed offsets, which
   the commit guard (`streams/gaps.py`) reads to decide what may be committed.
 - `restore_seconds`: how long the last table restore took (Faust keeps no public figure).
+- `observe_fetches`: when the consumer thread got each batch of records from the broker,
+  the one point of a hop that Faust exposes nowhere (docs/workflow.md, "Where a hop's
+  time goes").
 """
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Awaitable, Callable
 from importlib.metadata import version
@@ -50,6 +54,22 @@ def restore_seconds(app: faust.App) -> float | None:
     if started is None or ended is None or ended < started:
         return None
     return ended - started
+
+
+def observe_fetches(app: faust.App, seen: Callable[[Any, float], None]) -> None:
+    """Call `seen(records_by_partition, fetched_at)` on the consumer thread for every batch
+    the aiokafka fetcher hands to Faust; `fetched_at` is `time.time()`, the clock of the
+    records' CreateTime stamps. `seen` must be cheap and must not raise."""
+    thread = app.consumer._thread
+    fetch = thread._fetch_records
+
+    async def _fetch_records(*args: Any, **kwargs: Any) -> Any:
+        records = await fetch(*args, **kwargs)
+        if records:
+            seen(records, time.time())
+        return records
+
+    thread._fetch_records = _fetch_records
 
 
 class OffsetBook:
