@@ -35,7 +35,7 @@ def test_fetched_observes_step_topics_only() -> None:
     clock.fetched(records, now)
     assert _sample(FETCHED, "hoptest-infer", "_count") - before == 3
     total = _sample(FETCHED, "hoptest-infer", "_sum")
-    assert total >= 0.06  # three hops of at least 20 ms each
+    assert total > 0.059  # three hops of 20 ms each (float ms stamps)
 
 
 def test_delivered_reads_faust_seconds() -> None:
