@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WEIGHTS := inference_gateway/model_repository/ticket_classifier/1/weights.npz
 
-.PHONY: setup venv redis kafka model demo test test-unit lint down clean
+.PHONY: setup venv redis kafka model demo test test-unit lint down clean peer
 
 setup: venv redis kafka model
 
@@ -42,6 +42,17 @@ test: setup lint
 
 test-unit: venv
 	$(BIN)/pytest -q tests/unit
+
+# The quix-streams peer of `ticketflow bench pipeline` (variant e), in a venv of its own:
+# quixstreams 3.28.1 needs confluent-kafka < 2.13, older than the one the worker runs on
+PEER       := .venv-peer
+PEER_STAMP := $(PEER)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+peer: $(PEER_STAMP)
+$(PEER_STAMP):
+	$(PYTHON) -m venv $(PEER)
+	$(PEER)/bin/pip install -q --upgrade pip
+	$(PEER)/bin/pip install -q -e . "quixstreams==3.28.1"
+	rm -f $(PEER)/.installed-*; touch $@
 
 down:
 	-$(BIN)/ticketflow stack down

@@ -6,19 +6,27 @@
     function, one synchronous gateway call per ticket;
 (c) ticketflow's worker (model v1, exactly-once results), topic per step (the default);
 (d) the same with step fusion: [validate, clean] and [features, infer, rules, route] each
-    carried by one agent (the workflow definition's `fuse`), two hops instead of six.
+    carried by one agent (the workflow definition's `fuse`), two hops instead of six;
+(e) the peer: the same six steps written idiomatically in quix-streams, exactly-once on
+    (`ticketflow.bench_peer`, run from its own venv, `.venv-peer`: `make peer` builds it;
+    skipped, saying so, where it is missing).
 
-For each: sustained throughput (a burst, first publish to last result), then end-to-end
-latency under an open-loop producer at 25/50/75 % of that variant's maximum; for (c) the
-per-step breakdown from the decision paths. JSON and a PNG under bench/results/.
+For each: sustained throughput (a burst, first publish to last result) and the CPU per ticket
+of the variant's own process(es) over that burst (every variant runs in processes of its
+own; the gateway, Triton, Kafka and Redis are not counted), then end-to-end latency under an
+open-loop producer at 25/50/75 % of that variant's maximum; for (c), (d) and (e) the per-step
+breakdown from the decision paths. JSON and a PNG under bench/results/.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
+import os
+import shutil
 import statistics
+import subprocess
+import sys
 import time
 import urllib.request
 import uuid
@@ -36,19 +44,12 @@ from rich.progress import Progress
 from rich.table import Table
 
 from agents.definition import load_definition
-from agents.steps.clean import clean_text
-from agents.steps.rules import RuleInput, apply_rules
-from agents.steps.validate import parse_ticket
-from feature_jobs.reader import OnlineFeatureReader
-from feature_jobs.views import VIEWS
-from inference_gateway.client import GatewayClient
 from inference_gateway.model.corpus import generate
-from schemas.gateway import PredictInput
-from schemas.tickets import Category, Context, Prediction
 from streams.admin import delete_prefixed, ensure_topics, topic_size
-from streams.settings import Settings
+from streams.settings import REPO_ROOT, Settings
 from streams.topics import Topics
 from ticketflow import services
+from ticketflow.services import Service
 
 console = Console()
 HOPS = 6  # validate, clean, features, infer, rules, route
@@ -56,6 +57,13 @@ LOADS = (0.25, 0.5, 0.75)
 WARM_UP = 200  # tickets through each variant before its measurements
 BREAKDOWN_LOAD = 0.5  # the load whose results give the per-step breakdown
 BETWEEN = "between steps"
+VARIANTS = "ticketflow.bench_variants"  # (a) and (b), each run in a process of its own
+PEER = "ticketflow.bench_peer"  # (e), run by the peer venv's python
+PEER_PYTHON = REPO_ROOT / ".venv-peer" / "bin" / "python"
+CPU_NOTE = (
+    "user+sys CPU of the variant's own process(es) over the max-throughput burst, per ticket "
+    "out; the gateway, Triton, Kafka and Redis are not counted"
+)
 
 
 @dataclass
@@ -65,6 +73,8 @@ class Variant:
     latency_ms: dict[str, dict[str, float]] = field(default_factory=dict)
     steps_ms: dict[str, float] = field(default_factory=dict)
     recovery: dict[str, float] = field(default_factory=dict)
+    # CPU (user + sys) of the variant's own process(es) over the max-throughput burst
+    cpu_ms_per_ticket: float | None = None
 
 
 def _tickets(n: int, run: str) -> list[tuple[bytes, bytes]]:
@@ -143,14 +153,18 @@ async def _run_load(
     sinks: list[str],
     records: list[tuple[bytes, bytes]],
     rate: float | None,
-) -> tuple[float, list[float], list[bytes]]:
+    cpu: Callable[[], float] | None = None,
+) -> tuple[float, list[float], list[bytes], float]:
     """Publish `records` (at `rate`, or all at once) and wait for as many on `sinks`.
 
-    Returns the throughput, the end-to-end latencies in ms and the results' values.
+    Returns the throughput, the end-to-end latencies in ms, the results' values and the CPU
+    seconds `cpu` (the variant's clock) moved while the records went through (nan: none).
     """
     consumer = await _results_consumer(settings, sinks)
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, linger_ms=2)
     await producer.start()
+    # read after the results consumer has joined, so only the records' own work counts
+    cpu_before = cpu() if cpu else float("nan")
     first = time.monotonic()
     latencies: list[float] = []
     values: list[bytes] = []
@@ -168,11 +182,12 @@ async def _run_load(
                         values.append(m.value)
                         latencies.append((now - sent.pop(m.key)) * 1000)
         elapsed = time.monotonic() - first
+        cpu_s = cpu() - cpu_before if cpu else float("nan")
     finally:
         await feeder
         await producer.stop()
         await consumer.stop()
-    return len(values) / elapsed, latencies, values
+    return len(values) / elapsed, latencies, values, cpu_s
 
 
 async def _measure(
@@ -183,18 +198,24 @@ async def _measure(
     n: int,
     run: str,
     progress: Progress,
+    cpu: Callable[[], float] | None = None,
 ) -> list[bytes]:
+    """Throughput (and CPU per ticket, given the variant's clock `cpu`), then latency."""
     task = progress.add_task(f"{variant.name}: throughput", total=None)
     # connections, caches and the first assignment warmed before anything is measured
     await _run_load(settings, source, sinks, _tickets(WARM_UP, f"{run}-warm"), None)
-    rate, _, values = await _run_load(settings, source, sinks, _tickets(n, f"{run}-max"), None)
+    rate, _, values, cpu_s = await _run_load(
+        settings, source, sinks, _tickets(n, f"{run}-max"), None, cpu
+    )
     variant.max_per_s = round(rate, 1)
+    if cpu is not None and values:
+        variant.cpu_ms_per_ticket = round(cpu_s * 1000 / len(values), 3)
     progress.update(task, description=f"{variant.name}: {rate:.0f}/s max", completed=1, total=1)
     for load in LOADS:
         offered = max(1.0, rate * load)
         count = max(50, int(offered * 8))  # about 8 s of traffic
         t = progress.add_task(f"{variant.name}: {int(load * 100)} % load", total=None)
-        _, lat, at_load = await _run_load(
+        _, lat, at_load, _ = await _run_load(
             settings, source, sinks, _tickets(count, f"{run}-{load}"), offered
         )
         variant.latency_ms[f"{int(load * 100)}%"] = {
@@ -207,127 +228,145 @@ async def _measure(
     return values
 
 
-# ---- (a) the raw relay chain -----------------------------------------------------------------
+# ---- variants in processes of their own, and their CPU time ------------------------------------
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-async def _relay(settings: Settings, topics: list[str], stop: asyncio.Event) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, linger_ms=1)
-    await producer.start()
-    consumers = []
-    for src, dst in itertools.pairwise(topics):
-        c = AIOKafkaConsumer(
-            src,
-            bootstrap_servers=settings.kafka_bootstrap,
-            group_id=f"relay-{src}",
-            auto_offset_reset="latest",
+def _proc_stat(pid: str) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (which may hold spaces)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # gone since /proc was listed
+        return None
+    return text[text.rindex(")") + 2 :].split()
+
+
+def process_cpu_s(pid: int) -> float:
+    """User plus system CPU seconds of process `pid` and its descendants, threads included."""
+    stats = {
+        int(e.name): st
+        for e in Path("/proc").iterdir()
+        if e.name.isdigit()
+        if (st := _proc_stat(e.name)) is not None
+    }
+    tree, grew = {pid}, True
+    while grew:
+        kids = {p for p, st in stats.items() if int(st[1]) in tree} - tree
+        tree |= kids
+        grew = bool(kids)
+    # utime and stime, fields 14 and 15 of stat(5)
+    ticks = sum(int(stats[p][11]) + int(stats[p][12]) for p in tree if p in stats)
+    return ticks / _CLOCK_TICKS
+
+
+def _spawn(settings: Settings, python: Path | str, args: list[str], log_name: str) -> Service:
+    logs = settings.state_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"{log_name}.log"
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [str(python), "-m", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT,
+            start_new_session=True,
         )
-        await c.start()
-        consumers.append((c, dst))
-
-    async def hop(c: AIOKafkaConsumer, dst: str) -> None:
-        while not stop.is_set():
-            for msgs in (await c.getmany(timeout_ms=100)).values():
-                for m in msgs:
-                    await producer.send(dst, key=m.key, value=m.value)
-
-    try:
-        await asyncio.gather(*(hop(c, d) for c, d in consumers))
-    finally:
-        for c, _ in consumers:
-            await c.stop()
-        await producer.stop()
+    return Service(log_name, proc, log_path)
 
 
-# ---- (b) the naive single function -----------------------------------------------------------
-
-
-async def _naive(settings: Settings, source: str, sink: str, stop: asyncio.Event) -> None:
-    consumer = AIOKafkaConsumer(
-        source,
-        bootstrap_servers=settings.kafka_bootstrap,
-        group_id=f"naive-{source}",
-        auto_offset_reset="latest",
-    )
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
-    reader = OnlineFeatureReader(settings.redis_url, VIEWS)
-    gateway = GatewayClient(settings.gateway_url)
-    await consumer.start()
-    await producer.start()
-    try:
-        while not stop.is_set():
-            for msgs in (await consumer.getmany(timeout_ms=100)).values():
-                for m in msgs:  # every step, in order, one ticket at a time
-                    ticket = parse_ticket(m.value, settings.max_record_bytes)
-                    text = clean_text(ticket.text)
-                    await reader.read("user_ticket_stats", ticket.user_id, 0.8)
-                    resp = await gateway.predict(
-                        "ticket_classifier",
-                        [PredictInput(id=ticket.ticket_id, text=text)],
-                        timeout_ms=300,
-                    )
-                    out = resp.outputs[0]
-                    ctx = Context(
-                        prediction=Prediction(
-                            category=Category(out.label),
-                            confidence=out.confidence,
-                            model_name=resp.model,
-                            model_version=resp.version,
-                        )
-                    )
-                    apply_rules(["refund_check", "score_threshold"], RuleInput(text, ctx, 0.5))
-                    await producer.send_and_wait(sink, key=m.key, value=m.value)
-    finally:
-        await consumer.stop()
-        await producer.stop()
-        await gateway.close()
-        await reader.close()
-
-
-async def _with_background(
-    job: Callable[[asyncio.Event], Awaitable[None]], body: Callable[[], Awaitable[list[bytes]]]
+async def _in_process(
+    service: Service, body: Callable[[Callable[[], float]], Awaitable[list[bytes]]]
 ) -> list[bytes]:
-    stop = asyncio.Event()
-    task = asyncio.ensure_future(job(stop))
-    await asyncio.sleep(3)  # consumers joined
-    measuring = asyncio.ensure_future(body())
+    """Run `body` (given the CPU clock of `service`'s process) while the process lives."""
     try:
-        await asyncio.wait({task, measuring}, return_when=asyncio.FIRST_COMPLETED)
-        if task.done() and task.exception() is not None:  # the variant died: say why
-            measuring.cancel()
-            raise task.exception()
-        return await measuring
+        await asyncio.sleep(3)  # consumers joined
+        measuring = asyncio.ensure_future(body(lambda: process_cpu_s(service.process.pid)))
+        while not measuring.done():
+            if service.process.poll() is not None:  # the variant died: say where to look
+                measuring.cancel()
+                raise RuntimeError(
+                    f"{service.name} exited ({service.process.returncode}); see {service.log_path}"
+                )
+            await asyncio.wait({measuring}, timeout=1)
+        return measuring.result()
     finally:
-        stop.set()
-        await asyncio.gather(task, return_exceptions=True)
+        await asyncio.to_thread(service.stop)
 
 
 # ---- the whole benchmark ---------------------------------------------------------------------
 
 
-async def _bench(settings: Settings, n: int, out_dir: Path) -> list[Variant]:
+async def _bench(settings: Settings, n: int, out_dir: Path) -> tuple[list[Variant], dict]:
+    """Every variant's figures, and why any was skipped."""
     run = uuid.uuid4().hex[:6]
     raw = [f"bench-{run}.raw.{i}" for i in range(HOPS + 1)]
     naive_in, naive_out = f"bench-{run}.naive.in", f"bench-{run}.naive.out"
     ensure_topics(settings, {t: {} for t in [*raw, naive_in, naive_out]})
     a, b = Variant("raw relay (a)"), Variant("naive (b)")
     c, d = Variant("ticketflow (c)"), Variant("ticketflow fused (d)")
+    e = Variant("quix-streams EOS (e)")
     naive_n = max(200, n // 5)  # the naive consumer is slow: a smaller burst says as much
+    skipped: dict[str, str] = {}
     try:
         with Progress(console=console) as progress:
-            await _with_background(
-                lambda stop: _relay(settings, raw, stop),
-                lambda: _measure(settings, a, raw[0], [raw[-1]], n, run, progress),
+            relay = _spawn(settings, sys.executable, [VARIANTS, "relay", *raw], f"bench-a-{run}")
+            await _in_process(
+                relay,
+                lambda cpu: _measure(settings, a, raw[0], [raw[-1]], n, run, progress, cpu),
             )
-            await _with_background(
-                lambda stop: _naive(settings, naive_in, naive_out, stop),
-                lambda: _measure(settings, b, naive_in, [naive_out], naive_n, run, progress),
+            naive = _spawn(
+                settings, sys.executable, [VARIANTS, "naive", naive_in, naive_out], f"bench-b-{run}"
+            )
+            await _in_process(
+                naive,
+                lambda cpu: _measure(
+                    settings, b, naive_in, [naive_out], naive_n, run, progress, cpu
+                ),
             )
             await _ticketflow(settings, c, settings.workflow_file, f"{run}c", n, progress)
             fused = fused_definition(settings.workflow_file, out_dir)
             await _ticketflow(settings, d, fused, f"{run}d", n, progress)
+            if (why := await _peer(settings, e, run, n, progress)) is None:
+                variants = [a, b, c, d, e]
+            else:
+                skipped["e"] = why
+                variants = [a, b, c, d]
     finally:  # a broker with hundreds of leftover partitions is slower for every later run
         delete_prefixed(settings, f"bench-{run}", f"bench-{run}")
-    return [a, b, c, d]
+        delete_prefixed(settings, f"changelog__bench-{run}", f"bench-{run}")
+    return variants, skipped
+
+
+async def _peer(
+    settings: Settings, variant: Variant, run: str, n: int, progress: Progress
+) -> str | None:
+    """(e), the quix-streams peer in its own venv: None when measured, else why not.
+
+    A peer that fails is reported, not raised: the other variants' figures still stand.
+    """
+    if not PEER_PYTHON.exists():
+        why = f"{PEER_PYTHON} is missing; build it with `make peer`"
+        console.print(f"[yellow]skipping {variant.name}: {why}[/]")
+        return why
+    topics = [f"bench-{run}.peer.{i}" for i in range(HOPS + 1)]
+    ensure_topics(settings, {t: {} for t in topics})
+    state_dir = settings.state_dir / f"bench-peer-{run}"
+    # quix names its changelog topics after the group: `changelog__<group>--<topic>--default`
+    args = [PEER, "--group", f"bench-{run}e", "--state-dir", str(state_dir), *topics]
+    peer = _spawn(settings, PEER_PYTHON, args, f"bench-e-{run}")
+    try:
+        values = await _in_process(
+            peer,
+            lambda cpu: _measure(settings, variant, topics[0], topics[-1:], n, run, progress, cpu),
+        )
+    except (RuntimeError, OSError) as exc:
+        console.print(f"[red]{variant.name} failed: {exc}[/]")
+        return f"failed: {exc}"
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
+    variant.steps_ms = _step_breakdown(values)
+    return None
 
 
 def fused_definition(path: Path, out_dir: Path) -> Path:
@@ -367,8 +406,11 @@ async def _ticketflow(
     )
     worker = services.start_worker(worker_settings, env, log_name=f"bench-worker-{run}")
     outs = [topics.out(r) for r in ("auto_classify", "manual_review", "after_sales")]
+    pid = worker.process.pid
     try:
-        values = await _measure(settings, variant, topics.tickets_in, outs, n, run, progress)
+        values = await _measure(
+            settings, variant, topics.tickets_in, outs, n, run, progress, lambda: process_cpu_s(pid)
+        )
         rate = variant.max_per_s * 0.5
         # the successor restarts under the killed worker's id (static membership), then
         # under none: it waits for the dead member's session to time out
@@ -460,7 +502,8 @@ def _step_breakdown(values: list[bytes]) -> dict[str, float]:
 
 
 def bench_pipeline(tickets: int = 2000, out: Path = Path("bench/results")) -> None:
-    """Raw Kafka relay vs naive consumer vs ticketflow: throughput, latency, steps."""
+    """Raw Kafka relay vs naive consumer vs ticketflow vs quix-streams: throughput, CPU,
+    latency, steps."""
     from streams.settings import get_settings
     from ticketflow import stack
 
@@ -468,33 +511,62 @@ def bench_pipeline(tickets: int = 2000, out: Path = Path("bench/results")) -> No
     stack.up(settings)
     gateway = None if services.gateway_ready(settings) else services.start_gateway(settings)
     try:
-        variants = asyncio.run(_bench(settings, tickets, out))
+        variants, skipped = asyncio.run(_bench(settings, tickets, out))
     finally:
         if gateway is not None:
             gateway.stop()
-    _report(variants, out)
+    _report(variants, out, skipped)
 
 
-def _report(variants: list[Variant], out: Path) -> None:
-    a, b, c, d = variants
-    table = Table("variant", "max/s", *(f"p50/p99 @{int(x * 100)}%" for x in LOADS))
+def _ratio(x: float | None, y: float | None) -> float | None:
+    return round(x / y, 3) if x is not None and y else None
+
+
+def _ratios(by: dict[str, Variant], figure: Callable[[Variant], float | None]) -> dict:
+    """c and d over a, b and e (None where the other variant has no figure)."""
+    return {
+        f"{x}_over_{y}": _ratio(figure(by[x]), figure(by[y]) if y in by else None)
+        for x in "cd"
+        for y in "abe"
+    }
+
+
+def _cpu_cell(v: Variant) -> str:
+    return "n/a" if v.cpu_ms_per_ticket is None else f"{v.cpu_ms_per_ticket:.2f}"
+
+
+def _report(variants: list[Variant], out: Path, skipped: dict[str, str] | None = None) -> None:
+    """Table, ratios, JSON and plot; `variants` are (a) to (d), and (e) unless `skipped`."""
+    by = dict(zip("abcde", variants, strict=False))
+    loads = (f"p50/p99 @{int(x * 100)}%" for x in LOADS)
+    table = Table("variant", "max/s", "CPU ms/ticket", *loads)
     for v in variants:
         cells = [
             f"{v.latency_ms[k]['p50']:.0f}/{v.latency_ms[k]['p99']:.0f} ms" for k in v.latency_ms
         ]
-        table.add_row(v.name, f"{v.max_per_s:.0f}", *cells)
+        table.add_row(v.name, f"{v.max_per_s:.0f}", _cpu_cell(v), *cells)
     console.print(table)
-    ratios = {
-        f"{x}_over_{y}": round(v.max_per_s / w.max_per_s, 3) if w.max_per_s else None
-        for x, v in (("c", c), ("d", d))
-        for y, w in (("a", a), ("b", b))
-    }
-    console.print("   ".join(f"{k.replace('_over_', '/')} = {r}" for k, r in ratios.items()))
-    for v in (c, d):
+    console.print(f"CPU ms/ticket: {CPU_NOTE}")
+    ratios = _ratios(by, lambda v: v.max_per_s)
+    cpu_ratios = _ratios(by, lambda v: v.cpu_ms_per_ticket)
+    for title, rs in (("max/s", ratios), ("CPU ms/ticket", cpu_ratios)):
+        console.print(
+            f"{title}: " + "   ".join(f"{k.replace('_over_', '/')} = {r}" for k, r in rs.items())
+        )
+    for v in variants[2:]:
         console.print(f"{v.name} per-step mean latency (ms): {v.steps_ms}")
-        console.print(f"{v.name} recovery after SIGKILL: {v.recovery}")
+        if v.recovery:
+            console.print(f"{v.name} recovery after SIGKILL: {v.recovery}")
+    for key, why in (skipped or {}).items():
+        console.print(f"[yellow]({key}) skipped: {why}[/]")
     out.mkdir(parents=True, exist_ok=True)
-    report = {"variants": [v.__dict__ for v in variants], "ratios": ratios}
+    report = {
+        "variants": [v.__dict__ for v in variants],
+        "ratios": ratios,
+        "cpu_ratios": cpu_ratios,
+        "cpu_ms_per_ticket": CPU_NOTE,
+        "skipped": skipped or {},
+    }
     (out / "pipeline.json").write_text(json.dumps(report, indent=2))
     _plot(variants, out / "pipeline.png")
     console.print(f"wrote {out / 'pipeline.json'} and {out / 'pipeline.png'}")
@@ -506,8 +578,8 @@ def _plot(variants: list[Variant], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, middle, right) = plt.subplots(
-        1, 3, figsize=(16, 4.4), gridspec_kw={"width_ratios": [1.2, 1.2, 0.8]}
+    fig, (left, cpu, middle, right) = plt.subplots(
+        1, 4, figsize=(21, 4.6), gridspec_kw={"width_ratios": [1.2, 0.9, 1.2, 0.8]}
     )
     for v in variants:
         offered = [x["offered_per_s"] for x in v.latency_ms.values()]
@@ -522,19 +594,32 @@ def _plot(variants: list[Variant], path: Path) -> None:
         title="latency against offered load",
     )
     left.legend(fontsize=7)
+    _cpu_bars(cpu, variants)
     _bars(middle, variants[2:], lambda v: v.steps_ms)
     middle.set(
-        ylabel="mean ms", title=f"ticketflow at {int(BREAKDOWN_LOAD * 100)} % load: where time goes"
+        ylabel="mean ms",
+        yscale="log",  # a step takes ms, a hop under exactly-once up to a commit interval
+        title=f"at {int(BREAKDOWN_LOAD * 100)} % load: where time goes",
     )
     _bars(
         right,
-        variants[2:],
+        [v for v in variants if v.recovery],
         lambda v: {kind.replace("_", " "): r["flowing_again_s"] for kind, r in v.recovery.items()},
     )
     right.axhline(10, color="grey", linewidth=0.8, linestyle=":")  # the recovery target
     right.set(ylabel="seconds", title="SIGKILL: until results flow again")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def _cpu_bars(ax: Any, variants: list[Variant]) -> None:
+    """CPU ms per ticket, one bar per variant, each labelled with its max/s."""
+    xs = range(len(variants))
+    heights = [v.cpu_ms_per_ticket or 0.0 for v in variants]
+    bars = ax.bar(xs, heights, color=[f"C{i}" for i in xs])
+    ax.bar_label(bars, labels=[f"{v.max_per_s:.0f}/s" for v in variants], fontsize=7)
+    ax.set_xticks(xs, [v.name for v in variants], fontsize=8, rotation=20)
+    ax.set(ylabel="CPU ms per ticket", title="CPU per ticket (variant's processes only)")
 
 
 def _bars(ax: Any, variants: list[Variant], series: Callable[[Variant], dict]) -> None:

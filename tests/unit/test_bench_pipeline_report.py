@@ -2,10 +2,20 @@
 the whole stack and minutes: `ticketflow bench pipeline`)."""
 
 import json
+import os
+import subprocess
+import sys
+import time
 
 import orjson
 
-from ticketflow.bench_pipeline import BETWEEN, Variant, _report, _step_breakdown
+from ticketflow.bench_pipeline import (
+    BETWEEN,
+    Variant,
+    _report,
+    _step_breakdown,
+    process_cpu_s,
+)
 
 
 def result(latency_ms: float, steps: dict[str, float]) -> bytes:
@@ -21,7 +31,13 @@ def test_the_breakdown_puts_what_no_step_took_between_the_steps():
     assert _step_breakdown(values) == {"clean": 3.0, "infer": 12.0, BETWEEN: 65.0}
 
 
-def variant(name: str, max_per_s: float, p99: float, recovery: dict | None = None) -> Variant:
+def variant(
+    name: str,
+    max_per_s: float,
+    p99: float,
+    recovery: dict | None = None,
+    cpu_ms: float | None = None,
+) -> Variant:
     loads = {
         f"{pct}%": {"offered_per_s": max_per_s * pct / 100, "p50": p99 / 2, "p95": p99, "p99": p99}
         for pct in (25, 50, 75)
@@ -32,7 +48,14 @@ def variant(name: str, max_per_s: float, p99: float, recovery: dict | None = Non
         loads,
         {"infer": 20.0, BETWEEN: 200.0} if recovery else {},
         recovery or {},
+        cpu_ms,
     )
+
+
+RECOVERY = {
+    "same_worker_id": {"flowing_again_s": 7.0},
+    "new_worker": {"flowing_again_s": 11.0},
+}
 
 
 def test_the_report_writes_ratios_figures_and_a_plot(tmp_path):
@@ -48,7 +71,79 @@ def test_the_report_writes_ratios_figures_and_a_plot(tmp_path):
     ]
     _report(variants, tmp_path)
     report = json.loads((tmp_path / "pipeline.json").read_text())
-    assert report["ratios"] == {"c_over_a": 0.04, "c_over_b": 3.2, "d_over_a": 0.1, "d_over_b": 8.0}
+    assert report["ratios"] == {
+        "c_over_a": 0.04,
+        "c_over_b": 3.2,
+        "c_over_e": None,  # no peer in this run
+        "d_over_a": 0.1,
+        "d_over_b": 8.0,
+        "d_over_e": None,
+    }
     assert report["variants"][2]["recovery"]["same_worker_id"]["flowing_again_s"] == 7.0
     png = (tmp_path / "pipeline.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
+
+
+def test_the_report_sets_ticketflow_against_the_peer_in_throughput_and_cpu(tmp_path, capsys):
+    peer = variant("quix-streams EOS (e)", 160.0, 3000.0, cpu_ms=4.0)
+    peer.steps_ms = {"infer": 5.0, BETWEEN: 900.0}
+    variants = [
+        variant("raw relay (a)", 8000.0, 90.0, cpu_ms=0.25),
+        variant("naive (b)", 100.0, 20.0, cpu_ms=2.0),
+        variant("ticketflow (c)", 320.0, 500.0, RECOVERY, cpu_ms=3.0),
+        variant("ticketflow fused (d)", 800.0, 300.0, RECOVERY, cpu_ms=1.0),
+        peer,
+    ]
+    _report(variants, tmp_path)
+    report = json.loads((tmp_path / "pipeline.json").read_text())
+    assert report["ratios"]["c_over_e"] == 2.0 and report["ratios"]["d_over_e"] == 5.0
+    assert report["cpu_ratios"] == {
+        "c_over_a": 12.0,
+        "c_over_b": 1.5,
+        "c_over_e": 0.75,
+        "d_over_a": 4.0,
+        "d_over_b": 0.5,
+        "d_over_e": 0.25,
+    }
+    assert [v["cpu_ms_per_ticket"] for v in report["variants"]] == [0.25, 2.0, 3.0, 1.0, 4.0]
+    assert "not counted" in report["cpu_ms_per_ticket"] and report["skipped"] == {}
+    printed = capsys.readouterr().out
+    assert "CPU ms/ticket" in printed and "4.00" in printed
+    assert (tmp_path / "pipeline.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_without_the_peer_its_ratios_are_none_and_the_report_says_why(tmp_path, capsys):
+    variants = [
+        variant("raw relay (a)", 8000.0, 90.0),  # no CPU figure: shown as n/a
+        variant("naive (b)", 100.0, 20.0, cpu_ms=2.0),
+        variant("ticketflow (c)", 320.0, 500.0, RECOVERY, cpu_ms=3.0),
+        variant("ticketflow fused (d)", 800.0, 300.0, RECOVERY, cpu_ms=1.0),
+    ]
+    why = ".venv-peer/bin/python is missing; build it with `make peer`"
+    _report(variants, tmp_path, {"e": why})
+    report = json.loads((tmp_path / "pipeline.json").read_text())
+    assert report["ratios"]["c_over_e"] is None and report["cpu_ratios"]["d_over_e"] is None
+    assert report["cpu_ratios"]["c_over_a"] is None and report["cpu_ratios"]["c_over_b"] == 1.5
+    assert report["skipped"] == {"e": why}
+    printed = capsys.readouterr().out
+    assert "make peer" in printed and "n/a" in printed
+
+
+def test_process_cpu_counts_the_process_and_its_children():
+    before = process_cpu_s(os.getpid())
+    end = time.process_time() + 0.3
+    while time.process_time() < end:  # burn 0.3 s of CPU here
+        pass
+    assert process_cpu_s(os.getpid()) - before >= 0.25
+    spin = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass"
+    # a shell parent waiting on a child that burns 0.5 s, then idles: the CPU is the child's
+    child = f"{sys.executable} -c '{spin}\ntime.sleep(30)'"
+    proc = subprocess.Popen(["sh", "-c", f"{child}; true"])
+    try:
+        deadline = time.monotonic() + 20
+        while process_cpu_s(proc.pid) < 0.45 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert process_cpu_s(proc.pid) >= 0.45
+    finally:
+        proc.kill()
+        proc.wait()
