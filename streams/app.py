@@ -7,7 +7,12 @@ from typing import Any
 
 import faust
 
+from streams import faust_adapter
 from streams.settings import Settings
+
+# how long a fetch may wait on the broker for data (Faust hard-codes 1500 ms): a partition
+# assigned, resumed or sought meanwhile waits for the next fetch (streams/faust_adapter.py)
+FETCH_WAIT_MS = 100
 
 
 def use_uvloop() -> None:
@@ -61,8 +66,12 @@ def create_app(settings: Settings, app_id: str = "ticketflow", **overrides: Any)
         "broker_heartbeat_interval": 1.0,
         "table_cleanup_interval": 60.0,
         "autodiscover": False,
+        # recovery starts as soon as the app does, not a fixed second later
+        "TableManager": faust_adapter.PromptTableManager,
     }
     if settings.worker_id:  # static membership (KIP-345): a restart is not a rebalance
         options["consumer_group_instance_id"] = f"{app_id}-{settings.worker_id}"
     options.update(overrides)
-    return faust.App(f"{settings.topic_prefix}{app_id}", **options)
+    app = faust.App(f"{settings.topic_prefix}{app_id}", **options)
+    faust_adapter.shorten_fetch_wait(app, FETCH_WAIT_MS)
+    return app

@@ -12,6 +12,13 @@ What we need from inside Faust, and why:
 - `OffsetBook`: the consumer's acknowledged offsets, gaps and committed offsets, which
   the commit guard (`streams/gaps.py`) reads to decide what may be committed.
 - `restore_seconds`: how long the last table restore took (Faust keeps no public figure).
+- `PromptTableManager`: Faust's table manager sleeps a fixed second before it starts
+  recovery, to let late tables register; ours are all registered before the app starts,
+  so that second is only a second longer to come back after a crash.
+- `shorten_fetch_wait`: Faust builds its aiokafka consumer with `fetch_max_wait_ms=1500`
+  and no setting to change it. A fetch already waiting on the broker does not include
+  partitions assigned or resumed after it was sent, so after every assignment, restore
+  or seek the new partitions waited up to 1.5 s for their first records.
 - `observe_fetches`: when the consumer thread got each batch of records from the broker,
   the one point of a hop that Faust exposes nowhere (docs/workflow.md, "Where a hop's
   time goes").
@@ -27,8 +34,11 @@ from typing import Any
 
 import faust
 from faust.streams import _current_event
+from faust.tables import TableManager
 
 FAUST_VERSION = "0.15.3"
+# the aiokafka whose consumer attribute `shorten_fetch_wait` sets
+AIOKAFKA_VERSIONS = ("0.12.", "0.13.", "0.14.")
 
 
 class UnsupportedFaust(RuntimeError):
@@ -42,6 +52,33 @@ def check_version(installed: str | None = None) -> None:
             f"faust-streaming {found} is installed; ticketflow's adapter "
             f"(streams/faust_adapter.py) is tested on {FAUST_VERSION} only"
         )
+
+
+class PromptTableManager(TableManager):
+    """Faust's table manager without the fixed one-second sleep before recovery
+    (pass as the app's `TableManager` setting; every table is added before start)."""
+
+    async def on_start(self) -> None:
+        if not self.should_stop:
+            await self._update_channels()
+            await self.recovery.start()
+
+
+def shorten_fetch_wait(app: faust.App, wait_ms: int) -> None:
+    """Make the worker consumer's broker-side fetch wait `wait_ms` instead of Faust's
+    hard-coded 1500 ms (call before the app starts)."""
+    found = version("aiokafka")
+    if not found.startswith(AIOKAFKA_VERSIONS):
+        raise UnsupportedFaust(f"aiokafka {found}: shorten_fetch_wait is tested on 0.12-0.14")
+    thread = app.consumer._thread
+    create = thread._create_worker_consumer
+
+    def _create_worker_consumer(transport: Any) -> Any:
+        consumer = create(transport)
+        consumer._fetch_max_wait_ms = wait_ms  # read when the consumer starts its fetcher
+        return consumer
+
+    thread._create_worker_consumer = _create_worker_consumer
 
 
 def set_current_event(event: faust.EventT) -> None:
