@@ -36,11 +36,13 @@ from agents import metrics
 from agents.batches import process_isolated
 from agents.emitter import Emitter, utcnow
 from agents.errors import BadRecord
+from agents.pools import StepSet, step_set
 from agents.records import read_envelope, read_ticket, retry_wait_s, trace_id
+from agents.remote_state import RemoteStates, StateInbox
 from agents.review_agent import ReviewAgent
 from agents.router import Router
 from agents.runner import Item, StepRunner, fresh_state
-from agents.state import TicketStates
+from agents.state import States, TicketStates
 from agents.steps.handlers import (
     FeatureLookupStep,
     Handler,
@@ -90,23 +92,22 @@ class WorkflowEngine:
         settings: Settings,
         deps: Dependencies,
         earlier: Sequence[WorkflowDefinition] = (),
+        steps: StepSet | None = None,
     ) -> None:
         self.app = app
         self.settings = settings
         self.topology = Topology(definition, earlier)
+        self.steps = steps or step_set("", self.topology)  # agents/pools.py
         self.topics = Topics(settings.topic_prefix)
         self.producer = AsyncProducer(settings.kafka_bootstrap)
-        self.state = app.tables.add(
-            WriteBehindTable(
-                app,
-                name="ticket_state",
-                default=None,
-                beacon=app.tables.beacon,
-                partitions=settings.partitions,
-            )
-        )
-        self.state.write_through(self.producer)
-        self.states = TicketStates(self.state, faust_adapter.set_current_event)
+        # the table at home; a pool keeps no state and sends its moves home as records
+        self.state: WriteBehindTable | RemoteStates
+        self.states: States
+        if self.steps.home:
+            self.state = self._table()
+            self.states = TicketStates(self.state, faust_adapter.set_current_event)
+        else:
+            self.state = self.states = RemoteStates(self.producer, self.topics)
         self.emitter = Emitter(self.producer, self.topics, settings.max_replays)
         inference = InferenceStep(deps.gateway, self.topology.deadline_ms)
         self.breaker = inference.breaker
@@ -127,7 +128,6 @@ class WorkflowEngine:
             self._owns,
         )
         self.barrier = CommitBarrier(self.router, self.producer, self.state, self._broken)
-        self.review = ReviewAgent(self.states, self.emitter, self.topics)
 
     @property
     def definition(self) -> WorkflowDefinition:
@@ -136,20 +136,44 @@ class WorkflowEngine:
     def later_steps(self) -> list[Step]:
         return self.topology.later_steps()
 
+    def _table(self) -> WriteBehindTable:
+        table = self.app.tables.add(
+            WriteBehindTable(
+                self.app,
+                name="ticket_state",
+                default=None,
+                beacon=self.app.tables.beacon,
+                partitions=self.settings.partitions,
+            )
+        )
+        table.write_through(self.producer)
+        return table
+
     # ---- wiring -------------------------------------------------------------------------
 
     def build(self) -> None:
         faust_adapter.check_version()
         first = self.topology.first
-        self._agent(self.topics.tickets_in, first, self._validate_batch)
+        if self.steps.runs(first.name):
+            self._agent(self.topics.tickets_in, first, self._validate_batch)
         for step in self.topology.later_steps():
-            self._agent(self.topics.step(step.name), step, self._step_batch)
-        for delay in RETRY_TIERS_MS:
-            self._each(self.topics.retry(delay), f"retry-{delay}", self._retry_tier(delay))
-        self._each(self.topics.review_decisions, "review", self.review.handle)
+            if self.steps.runs(step.name):
+                self._agent(self.topics.step(step.name), step, self._step_batch)
+        if self.steps.home:
+            self._build_home()
         self.app.on_partitions_revoked.connect(self._on_revoked)
         self.app.on_partitions_assigned.connect(self._on_assigned)
         faust_adapter.install_commit(self.app, self.barrier.commit)
+
+    def _build_home(self) -> None:
+        """What only the table's owner runs: retry tiers, decisions, the pools' moves."""
+        assert isinstance(self.states, TicketStates)
+        for delay in RETRY_TIERS_MS:
+            self._each(self.topics.retry(delay), f"retry-{delay}", self._retry_tier(delay))
+        review = ReviewAgent(self.states, self.emitter, self.topics)
+        self._each(self.topics.review_decisions, "review", review.handle)
+        inbox = StateInbox(self.states, self.topology, self.emitter)
+        self._each(self.topics.state, "state", inbox.handle)
 
     def _agent(self, topic: str, step: Step, handle: Any) -> None:
         what = f"step {step.name}"

@@ -15,7 +15,7 @@ from agents.emitter import Emitter
 from agents.errors import BadRecord
 from agents.records import read_decision
 from agents.review import REVIEWED_ROUTE, ReviewRefused, check_decidable, reviewed_result
-from agents.state import TicketStates, transition
+from agents.state import TicketStates
 from streams.codecs import encode
 from streams.headers import child_traceparent
 from streams.topics import Topics
@@ -51,9 +51,10 @@ class ReviewAgent:
             encode(result),
             [("traceparent", child_traceparent(state["trace_id"]).encode())],
         )
-        new = transition(state, "completed", "review")
-        new["route"] = REVIEWED_ROUTE
-        new["result"] = result.model_dump(mode="json")
-        self.states.table[decision.ticket_id] = new
+        result_json = result.model_dump(mode="json")
+        # every write of the table goes through move(), under one set of rules
+        self.states.move(
+            event, state, "completed", "review", route=REVIEWED_ROUTE, result=result_json
+        )
         metrics.REVIEWS.labels("completed").inc()
         metrics.TICKETS.labels(REVIEWED_ROUTE).inc()

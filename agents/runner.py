@@ -17,7 +17,7 @@ from typing import Any
 from agents import metrics
 from agents.emitter import Emitter, utcnow
 from agents.outcome import DEGRADABLE, DeadLetter, Degraded, Ok, Retry, StepOutcome, outcome_of
-from agents.state import TicketStates, new_state
+from agents.state import States, new_state
 from agents.steps.handlers import Handler, degrade, remaining_ms
 from agents.topology import Topology
 from schemas.tickets import Envelope, ErrorClass, StepStatus
@@ -30,9 +30,12 @@ Item = tuple[Any, Envelope]  # an envelope and the event that carried it
 
 
 def fresh_state(env: Envelope) -> dict:
-    return new_state(
+    """The state `env` implies; its `progress` orders its moves (agents.state.allowed)."""
+    state = new_state(
         env.ticket.ticket_id, env.arrival, env.trace_id, env.workflow, env.workflow_version
     )
+    state["progress"] = len(env.path)
+    return state
 
 
 class StepRunner:
@@ -41,7 +44,7 @@ class StepRunner:
         topology: Topology,
         handlers: dict[str, Handler],
         emitter: Emitter,
-        states: TicketStates,
+        states: States,  # the table at home, records sent home in a pool
         topics: Topics,
     ) -> None:
         self.topology = topology

@@ -1,14 +1,20 @@
 """Per-ticket state kept in a Faust table (backed by its changelog topic).
 
 The value is a plain JSON dict, so the changelog is readable by any Kafka tool.
+
+Only the home worker has the table (`TicketStates`); a pool worker sends each move there
+as a record (`agents.remote_state.RemoteStates`). Both offer the steps one interface,
+`States`, and every move, local or sent, passes the same rules (`allowed`).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Protocol
 
 TERMINAL = frozenset({"completed", "degraded", "dead_lettered"})
+# routed: only a terminal status may follow (a reviewer's decision, or a late dead letter)
+SETTLED = TERMINAL | {"awaiting_review"}
 HISTORY_LIMIT = 32
 
 
@@ -54,6 +60,36 @@ def record_duplicate(state: dict[str, Any], arrival: str) -> dict:
     return new
 
 
+def allowed(state: dict[str, Any], status: str, progress: int | None) -> bool:
+    """Whether a ticket in `state` may move to `status`.
+
+    A settled ticket never goes back to a running status (a redelivery after routing, or a
+    pool's move that arrives after the ticket went on). `progress` is the number of
+    decision-path entries the mover's envelope had: the ticket's own clock, which only
+    grows as it goes on, so a move older than the last one applied is ignored. Wall clocks
+    of two machines would not do: a hop takes a few milliseconds, about what they differ.
+    """
+    if state["status"] in SETTLED and status not in TERMINAL:
+        return False
+    return progress is None or progress >= state.get("progress", -1)
+
+
+class States(Protocol):
+    """What the steps need of ticket state, wherever it is kept."""
+
+    def at(self, event: Any) -> None: ...
+
+    def admit(
+        self, event: Any, ticket_id: str, arrival: str, trace_id: str, workflow: str, version: int
+    ) -> bool: ...
+
+    def move(
+        self, event: Any, fresh: dict, status: str, step: str, attempt: int = 1, **fields: Any
+    ) -> None: ...
+
+    def flush_changelog(self) -> int: ...
+
+
 class TicketStates:
     """The `ticket_state` table, written through the ticket's own event's partition.
 
@@ -71,6 +107,9 @@ class TicketStates:
 
     def get(self, ticket_id: str) -> dict | None:
         return self.table.get(ticket_id)
+
+    def flush_changelog(self) -> int:
+        return self.table.flush_changelog()
 
     def admit(
         self, event: Any, ticket_id: str, arrival: str, trace_id: str, workflow: str, version: int
@@ -93,12 +132,27 @@ class TicketStates:
     def move(
         self, event: Any, fresh: dict, status: str, step: str, attempt: int = 1, **fields: Any
     ) -> None:
-        """Move a ticket to `status`; `fresh` is its state if the table has none yet."""
+        """Move a ticket to `status`. `fresh` is the state its envelope implies: used when
+        the table has none yet; its `progress`, when it has one, orders this move."""
         self._at(event)
         ticket_id = fresh["ticket_id"]
         state = self.table.get(ticket_id) or fresh
-        if state["status"] in TERMINAL and status not in TERMINAL:
-            return  # a redelivery after completion must not move the ticket back
+        progress = fresh.get("progress")
+        if not allowed(state, status, progress):
+            return
         new = transition(state, status, step, attempt)
+        if progress is not None:
+            new["progress"] = progress
         new.update({k: v for k, v in fields.items() if v is not None})
         self.table[ticket_id] = new
+
+    def apply(self, event: Any, fresh: dict, status: str, step: str, attempt: int = 1) -> None:
+        """A pool's move (agents.remote_state), under the same rules as a local one.
+
+        A move of another arrival of the ticket_id is ignored: only the admitted one runs.
+        """
+        self._at(event)
+        state = self.table.get(fresh["ticket_id"])
+        if state is not None and state["arrival"] != fresh["arrival"]:
+            return
+        self.move(event, fresh, status, step, attempt)

@@ -1,4 +1,8 @@
-"""The workflow worker: builds the Faust app with one agent per step and runs it."""
+"""The workflow worker: builds the Faust app with one agent per step and runs it.
+
+By default a worker runs every step; with `--steps` it runs some of them, as the home
+worker (which keeps the state table) or as a pool (agents/pools.py).
+"""
 
 from __future__ import annotations
 
@@ -11,9 +15,12 @@ from prometheus_client import generate_latest
 
 from agents.definition import load_definition, load_earlier_versions
 from agents.engine import Dependencies, WorkflowEngine
+from agents.pools import StepSet, step_set
+from agents.topology import Topology
 from feature_jobs.reader import OnlineFeatureReader
 from feature_jobs.views import VIEWS
 from inference_gateway.client import GatewayClient
+from schemas.workflow import WorkflowDefinition
 from streams.admin import ensure_topics, pipeline_topics
 from streams.app import create_app, tune_gc, use_uvloop
 from streams.faust_adapter import restore_seconds
@@ -23,25 +30,41 @@ from streams.settings import Settings
 log = logging.getLogger(__name__)
 
 
-def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
+def _definitions(settings: Settings) -> tuple[WorkflowDefinition, list[WorkflowDefinition]]:
     definition = load_definition(settings.workflow_file)
     # earlier versions, kept so that tickets started on them finish on them
     earlier = load_earlier_versions(definition, settings.workflow_file.parent / "archive")
-    app = create_app(settings)
+    return definition, earlier
+
+
+def worker_steps(settings: Settings) -> StepSet:
+    """The steps this worker runs, or StepSetError (unknown steps, kept steps in a pool)."""
+    definition, earlier = _definitions(settings)
+    return step_set(settings.worker_steps, Topology(definition, earlier))
+
+
+def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
+    definition, earlier = _definitions(settings)
+    steps = step_set(settings.worker_steps, Topology(definition, earlier))
+    # a pool is a consumer group of its own: Faust's assignor co-partitions every topic
+    # of a group, and assumes each member subscribes to all of them
+    app = create_app(settings, app_id=steps.app_id)
     deps = Dependencies(
         gateway=GatewayClient(settings.gateway_url),
         features=OnlineFeatureReader(settings.redis_url, VIEWS),
     )
-    engine = WorkflowEngine(app, definition, settings, deps, earlier)
+    engine = WorkflowEngine(app, definition, settings, deps, earlier, steps)
     engine.build()
     # our topics get their partition counts and configs before Faust would auto-create them
-    steps = [s.name for s in engine.later_steps()]
-    topics = pipeline_topics(engine.topics, steps, definition.routes)
-    # the state table's changelog too: a worker that subscribes before it exists never
-    # learns its partitions, and every state write then fails (two workers starting on
-    # fresh topics at once)
-    topics[engine.state.changelog_topic.get_topic_name()] = {"cleanup.policy": "compact"}
+    names = [s.name for s in engine.later_steps()]
+    topics = pipeline_topics(engine.topics, names, definition.routes)
+    if steps.home:
+        # the state table's changelog too: a worker that subscribes before it exists never
+        # learns its partitions, and every state write then fails (two workers starting on
+        # fresh topics at once)
+        topics[engine.state.changelog_topic.get_topic_name()] = {"cleanup.policy": "compact"}
     ensure_topics(settings, topics)
+    log.info("worker %s runs %s", app.conf.id, ", ".join(sorted(steps.steps)))
 
     @app.timer(1.0)
     async def _breaker_clock() -> None:
@@ -50,7 +73,7 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
     # Faust would commit past records its fetcher dropped: read them again (streams/gaps.py)
     isolation = "read_committed" if app.in_transaction else "read_uncommitted"
     probe = KafkaProbe(settings.kafka_bootstrap, app.conf.id, isolation)
-    gaps = GapGuard(app, engine.topics.carries_envelopes, probe)
+    gaps = GapGuard(app, engine.topics.written_by_workers, probe)
     gaps.install()
 
     @app.timer(0.5)
@@ -81,13 +104,8 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
             body["restore_s"] = round(restore_s, 3)
         return web.json(body, status=200 if ok else 503)
 
-    @app.page("/ticket/{ticket_id}")
-    @app.table_route(table=engine.state, match_info="ticket_id")
-    async def _ticket(web, request, ticket_id: str):
-        state = engine.state.get(ticket_id)
-        if state is None:
-            return web.json({"error": f"unknown ticket {ticket_id}"}, status=404)
-        return web.json(state)
+    if steps.home:
+        _ticket_view(app, engine)
 
     @app.service
     class _CloseClients(mode.Service):
@@ -98,6 +116,18 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
             engine.close()
 
     return app, engine
+
+
+def _ticket_view(app: faust.App, engine: WorkflowEngine) -> None:
+    """`/ticket/{id}`: the ticket's state, from the home worker that owns its partition."""
+
+    @app.page("/ticket/{ticket_id}")
+    @app.table_route(table=engine.state, match_info="ticket_id")
+    async def _ticket(web, request, ticket_id: str):
+        state = engine.state.get(ticket_id)
+        if state is None:
+            return web.json({"error": f"unknown ticket {ticket_id}"}, status=404)
+        return web.json(state)
 
 
 def run_worker(settings: Settings, loglevel: str = "warning") -> None:

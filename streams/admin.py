@@ -20,6 +20,7 @@ def pipeline_topics(topics: Topics, steps: Iterable[str], routes: Iterable[str])
     names.update({topics.retry(d): {} for d in RETRY_TIERS_MS})
     names.update({topics.out(r): {} for r in [*routes, "reviewed"]})
     names[topics.review_decisions] = {}
+    names[topics.state] = {}
     names[topics.completed] = {"cleanup.policy": "compact"}
     names[topics.audit] = {"retention.ms": str(AUDIT_RETENTION_MS)}
     names[topics.config_routing] = {"cleanup.policy": "compact"}

@@ -41,6 +41,10 @@ class Settings(BaseSettings):
     # consumer group: restarted under the same name it takes its partitions straight back
     # instead of waiting out the session timeout; unset or empty, membership is dynamic
     worker_id: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]{0,128}$")
+    # the steps this worker runs, comma-separated (`ticketflow worker --steps`); empty: every
+    # step. Without the state-keeping steps it is a pool: a consumer group of its own and no
+    # state table (agents/pools.py; docs/workflow.md, "Scaling steps on their own")
+    worker_steps: str = ""
     workflow_file: Path = REPO_ROOT / "agents" / "workflows" / "ticket_classify.yaml"
     # Kafka controller port of the local single-node KRaft stack
     kafka_controller_port: int = 9093

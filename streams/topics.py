@@ -31,6 +31,16 @@ class Topics:
         """A step or retry topic: written by our producers only, never compacted."""
         return topic.startswith((self._name("tickets.step."), self._name("tickets.retry.")))
 
+    @property
+    def state(self) -> str:
+        """State moves made by pool workers, applied by the home worker (agents/remote_state.py)."""
+        return self._name("tickets.state")
+
+    def written_by_workers(self, topic: str) -> bool:
+        """Written by our idempotent producers only, never transactionally, never compacted:
+        every offset is a record, so a jump in what is read is records dropped."""
+        return self.carries_envelopes(topic) or topic == self.state
+
     def out(self, route: str) -> str:
         return self._name(f"tickets.out.{route}")
 

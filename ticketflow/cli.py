@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from feature_jobs import cli as features_cli
@@ -94,12 +95,32 @@ def stack_status() -> None:
 
 
 @app.command()
-def worker(loglevel: str = "warning") -> None:
-    """Run a workflow worker (one Faust agent per step)."""
-    from agents.worker import run_worker
+def worker(
+    loglevel: str = "warning",
+    # None when not given: TICKETFLOW_WORKER_STEPS then decides (empty: every step)
+    steps: Annotated[
+        str | None,
+        typer.Option(
+            help="comma-separated steps to run, e.g. infer,features: a pool of its own, or "
+            "the home worker when they include the state-keeping steps "
+            "(default: TICKETFLOW_WORKER_STEPS; empty: every step)"
+        ),
+    ] = None,
+) -> None:
+    """Run a workflow worker (one Faust agent per step; `--steps` for some of them)."""
+    from agents.pools import StepSetError
+    from agents.worker import run_worker, worker_steps
 
+    settings = _settings()
+    if steps is not None:
+        settings = settings.model_copy(update={"worker_steps": steps})
+    try:  # refused before anything starts
+        worker_steps(settings)
+    except StepSetError as exc:
+        console.print(f"[red]worker refused:[/] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
     sys.argv = [sys.argv[0], "worker"]  # Faust's worker parses argv
-    run_worker(_settings(), loglevel=loglevel)
+    run_worker(settings, loglevel=loglevel)
 
 
 @app.command()

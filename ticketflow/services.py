@@ -108,7 +108,10 @@ def start_worker(
     env: dict[str, str] | None = None,
     log_name: str = "worker",
     loglevel: str = "warning",
+    steps: str | None = None,
 ) -> Service:
-    service = start("worker", ["worker", "--loglevel", loglevel], settings, env, log_name=log_name)
+    """A worker of every step, or of `steps` only (the home worker's set, or a pool's)."""
+    args = ["worker", "--loglevel", loglevel, *(["--steps", steps] if steps is not None else [])]
+    service = start("worker", args, settings, env, log_name=log_name)
     wait_until(lambda: worker_ready(settings), service, 90, "serving")
     return service
