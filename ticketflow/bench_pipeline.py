@@ -39,6 +39,7 @@ from typing import Any
 import orjson
 import yaml
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -75,6 +76,8 @@ class Variant:
     recovery: dict[str, float] = field(default_factory=dict)
     # CPU (user + sys) of the variant's own process(es) over the max-throughput burst
     cpu_ms_per_ticket: float | None = None
+    # a ticketflow worker's mean hop between two steps, split where it is measured
+    hop_ms: dict[str, float] = field(default_factory=dict)
 
 
 def _tickets(n: int, run: str) -> list[tuple[bytes, bytes]]:
@@ -199,8 +202,10 @@ async def _measure(
     run: str,
     progress: Progress,
     cpu: Callable[[], float] | None = None,
+    metrics: Callable[[], str] | None = None,
 ) -> list[bytes]:
-    """Throughput (and CPU per ticket, given the variant's clock `cpu`), then latency."""
+    """Throughput (and CPU per ticket, given the variant's clock `cpu`), then latency;
+    with the worker's `metrics` text, the hop split at the breakdown load."""
     task = progress.add_task(f"{variant.name}: throughput", total=None)
     # connections, caches and the first assignment warmed before anything is measured
     await _run_load(settings, source, sinks, _tickets(WARM_UP, f"{run}-warm"), None)
@@ -215,6 +220,7 @@ async def _measure(
         offered = max(1.0, rate * load)
         count = max(50, int(offered * 8))  # about 8 s of traffic
         t = progress.add_task(f"{variant.name}: {int(load * 100)} % load", total=None)
+        before = metrics() if metrics and load == BREAKDOWN_LOAD else None
         _, lat, at_load, _ = await _run_load(
             settings, source, sinks, _tickets(count, f"{run}-{load}"), offered
         )
@@ -224,6 +230,8 @@ async def _measure(
         }
         if load == BREAKDOWN_LOAD:  # a sustainable load: the burst's breakdown is its queue
             values = at_load
+            if before is not None:
+                variant.hop_ms = hop_split(before, metrics())
         progress.update(t, completed=1, total=1)
     return values
 
@@ -409,7 +417,15 @@ async def _ticketflow(
     pid = worker.process.pid
     try:
         values = await _measure(
-            settings, variant, topics.tickets_in, outs, n, run, progress, lambda: process_cpu_s(pid)
+            settings,
+            variant,
+            topics.tickets_in,
+            outs,
+            n,
+            run,
+            progress,
+            lambda: process_cpu_s(pid),
+            lambda: _worker_metrics(port),
         )
         rate = variant.max_per_s * 0.5
         # the successor restarts under the killed worker's id (static membership), then
@@ -488,6 +504,45 @@ def _restore_seconds(settings: Settings) -> float:
         return float("nan")
 
 
+HOP_SERIES = {
+    "workflow_hop_fetched_seconds": "produce → fetched",
+    "workflow_hop_delivered_seconds": "produce → handler",
+}
+
+
+def _worker_metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        return resp.read().decode()
+
+
+def _hop_totals(text: str) -> dict[str, list[float]]:
+    """[sum, count] of each hop histogram, over all steps (agents/hops.py)."""
+    totals = {name: [0.0, 0.0] for name in HOP_SERIES}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples if family.name in totals else ():
+            if sample.name.endswith("_sum"):
+                totals[family.name][0] += sample.value
+            elif sample.name.endswith("_count"):
+                totals[family.name][1] += sample.value
+    return totals
+
+
+def hop_split(before: str, after: str) -> dict[str, float]:
+    """The mean hop between the two /metrics texts, in ms: produce to fetched by the
+    worker's consumer, fetched to the step's handler, and the whole hop."""
+    a, b = _hop_totals(before), _hop_totals(after)
+    mean = {}
+    for name in HOP_SERIES:
+        count = b[name][1] - a[name][1]
+        mean[name] = (b[name][0] - a[name][0]) / count * 1000 if count else float("nan")
+    fetched, delivered = (mean[name] for name in HOP_SERIES)
+    return {
+        "produce → fetched": round(fetched, 2),
+        "fetched → handler": round(delivered - fetched, 2),
+        "hop": round(delivered, 2),
+    }
+
+
 def _step_breakdown(values: list[bytes]) -> dict[str, float]:
     """Mean ms in each step, and between them: what the workflow's latency spent elsewhere
     than in a step (Kafka hops, waiting for a batch), from validation to the result."""
@@ -555,6 +610,8 @@ def _report(variants: list[Variant], out: Path, skipped: dict[str, str] | None =
         )
     for v in variants[2:]:
         console.print(f"{v.name} per-step mean latency (ms): {v.steps_ms}")
+        if v.hop_ms:
+            console.print(f"{v.name} mean hop between two steps (ms): {v.hop_ms}")
         if v.recovery:
             console.print(f"{v.name} recovery after SIGKILL: {v.recovery}")
     for key, why in (skipped or {}).items():
@@ -595,7 +652,7 @@ def _plot(variants: list[Variant], path: Path) -> None:
     )
     left.legend(fontsize=7)
     _cpu_bars(cpu, variants)
-    _bars(middle, variants[2:], lambda v: v.steps_ms)
+    _bars(middle, variants[2:], _where_time_goes)
     middle.set(
         ylabel="mean ms",
         yscale="log",  # a step takes ms, a hop under exactly-once up to a commit interval
@@ -612,6 +669,12 @@ def _plot(variants: list[Variant], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def _where_time_goes(v: Variant) -> dict[str, float]:
+    """Mean ms per step and between steps, then one hop split in its two parts."""
+    split = {f"1 hop: {k}": x for k, x in v.hop_ms.items() if k != "hop"}
+    return {**v.steps_ms, **split}
+
+
 def _cpu_bars(ax: Any, variants: list[Variant]) -> None:
     """CPU ms per ticket, one bar per variant, each labelled with its max/s."""
     xs = range(len(variants))
@@ -623,11 +686,12 @@ def _cpu_bars(ax: Any, variants: list[Variant]) -> None:
 
 
 def _bars(ax: Any, variants: list[Variant], series: Callable[[Variant], dict]) -> None:
-    """Grouped bars: one group per key of `series`, one bar per variant."""
+    """Grouped bars: one group per key of any variant's `series`, one bar per variant."""
     width = 0.8 / len(variants)
+    keys = list(dict.fromkeys(k for v in variants for k in series(v)))
     for i, v in enumerate(variants):
         values = series(v)
-        xs = [j + (i - (len(variants) - 1) / 2) * width for j in range(len(values))]
-        ax.bar(xs, list(values.values()), width, label=v.name)
-        ax.set_xticks(range(len(values)), list(values), fontsize=8, rotation=20)
+        xs = [j + (i - (len(variants) - 1) / 2) * width for j in range(len(keys))]
+        ax.bar(xs, [values.get(k, 0.0) for k in keys], width, label=v.name)
+    ax.set_xticks(range(len(keys)), keys, fontsize=8, rotation=20)
     ax.legend(fontsize=7)

@@ -2,6 +2,7 @@
 the whole stack and minutes: `ticketflow bench pipeline`)."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from ticketflow.bench_pipeline import (
     Variant,
     _report,
     _step_breakdown,
+    hop_split,
     process_cpu_s,
 )
 
@@ -147,3 +149,34 @@ def test_process_cpu_counts_the_process_and_its_children():
     finally:
         proc.kill()
         proc.wait()
+
+
+def hop_metrics(fetched: tuple[float, float], delivered: tuple[float, float]) -> str:
+    """A worker's /metrics text with the two hop histograms (sum, count) over two steps."""
+    lines = []
+    for name, (total, count) in (
+        ("workflow_hop_fetched_seconds", fetched),
+        ("workflow_hop_delivered_seconds", delivered),
+    ):
+        lines.append(f"# TYPE {name} histogram")
+        for step in ("infer", "rules"):  # split evenly: the split must add them up again
+            lines.append(f'{name}_bucket{{le="+Inf",step="{step}"}} {count / 2}')
+            lines.append(f'{name}_count{{step="{step}"}} {count / 2}')
+            lines.append(f'{name}_sum{{step="{step}"}} {total / 2}')
+    return "\n".join(lines) + "\n"
+
+
+def test_the_hop_split_is_the_mean_hop_between_two_scrapes():
+    before = hop_metrics(fetched=(1.0, 100), delivered=(2.0, 100))
+    # 200 more hops: 1.2 s to the fetch, 3.0 s to the handler, all told
+    after = hop_metrics(fetched=(2.2, 300), delivered=(5.0, 300))
+    assert hop_split(before, after) == {
+        "produce → fetched": 6.0,
+        "fetched → handler": 9.0,
+        "hop": 15.0,
+    }
+
+
+def test_no_hop_between_two_scrapes_is_not_a_number():
+    same = hop_metrics(fetched=(1.0, 100), delivered=(2.0, 100))
+    assert all(math.isnan(x) for x in hop_split(same, same).values())
