@@ -36,6 +36,7 @@ from agents import metrics
 from agents.batches import process_isolated
 from agents.emitter import Emitter, utcnow
 from agents.errors import BadRecord
+from agents.hops import HopClock
 from agents.pools import StepSet, step_set
 from agents.records import read_envelope, read_ticket, retry_wait_s, trace_id
 from agents.remote_state import RemoteStates, StateInbox
@@ -62,14 +63,14 @@ from streams.headers import new_trace_id
 from streams.producer import AsyncProducer
 from streams.settings import Settings
 from streams.tables import WriteBehindTable
+from streams.take import take_ready
 from streams.topics import Topics
 
 log = logging.getLogger(__name__)
 
-# A step takes what its topic has, up to this many, waiting at most this long for more:
+# A step takes what its topic has, up to this many, as soon as it arrives (streams/take.py):
 # one batch costs one gateway call and one await of the producer, not one per ticket.
 BATCH_MAX = 256
-BATCH_WITHIN_S = 0.01
 
 
 @dataclass
@@ -109,6 +110,9 @@ class WorkflowEngine:
         else:
             self.state = self.states = RemoteStates(self.producer, self.topics)
         self.emitter = Emitter(self.producer, self.topics, settings.max_replays)
+        self.hops = HopClock(
+            {self.topics.step(s.name): s.name for s in self.topology.later_steps()}
+        )
         inference = InferenceStep(deps.gateway, self.topology.deadline_ms)
         self.breaker = inference.breaker
         handlers: dict[str, Handler] = {
@@ -164,6 +168,7 @@ class WorkflowEngine:
         self.app.on_partitions_revoked.connect(self._on_revoked)
         self.app.on_partitions_assigned.connect(self._on_assigned)
         faust_adapter.install_commit(self.app, self.barrier.commit)
+        faust_adapter.observe_fetches(self.app, self.hops.fetched)
 
     def _build_home(self) -> None:
         """What only the table's owner runs: retry tiers, decisions, the pools' moves."""
@@ -185,7 +190,7 @@ class WorkflowEngine:
             self.emitter.dead_letter(event, step.name, ErrorClass.INTERNAL, _why(exc), 1)
 
         async def run(stream: faust.StreamT) -> None:
-            async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
+            async for events in take_ready(stream, BATCH_MAX):
                 await process_isolated(what, batch, events, poisoned)
 
         agent = self.app.agent(
@@ -271,6 +276,7 @@ class WorkflowEngine:
     # ---- the steps after it ---------------------------------------------------------------
 
     async def _step_batch(self, step: Step, events: Sequence[Any]) -> None:
+        self.hops.delivered(step.name, events)
         admitted = []
         for event in events:
             env = self._read(event, step)
