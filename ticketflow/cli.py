@@ -20,6 +20,7 @@ from rich.table import Table
 
 from feature_jobs import cli as features_cli
 from inference_gateway import cli as gateway_cli
+from ingest import cli as ingest_cli
 from streams.settings import Settings, get_settings
 from streams.topics import Topics
 
@@ -428,6 +429,12 @@ bench_app = typer.Typer(
 app.add_typer(bench_app, name="bench")
 bench_app.command("gateway")(gateway_cli.bench_gateway)
 bench_app.command("features")(features_cli.bench_features)
+bench_app.command("ingest")(ingest_cli.bench_ingest)
+
+# the HTTP access layer: the service, its API keys and its rate limits (ingest/cli.py)
+app.command("ingest")(ingest_cli.ingest)
+app.add_typer(ingest_cli.keys_app, name="keys")
+app.add_typer(ingest_cli.limits_app, name="limits")
 
 
 @bench_app.command("pipeline")
