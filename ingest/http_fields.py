@@ -16,9 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 _TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
-# printable ASCII except `"` and `\`, which a Structured Field string would need escaped;
-# what an idempotency key (a UUID, a hash) never needs
-_IDEMPOTENCY_KEY = re.compile(r"^[\x20\x21\x23-\x5b\x5d-\x7e]{1,255}$")
+# visible ASCII except `"` and `\`, which a Structured Field string would need escaped;
+# what an idempotency key (a UUID, a hash) never needs. The OpenAPI document states it.
+IDEMPOTENCY_KEY_CHARS = r"[!#-\[\]-~]{1,255}"
+IDEMPOTENCY_KEY_PATTERN = f'^("{IDEMPOTENCY_KEY_CHARS}"|{IDEMPOTENCY_KEY_CHARS})$'
+_IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_CHARS)
 _BEARER = re.compile(r"^[Bb][Ee][Aa][Rr][Ee][Rr] +([A-Za-z0-9._~+/-]+=*) *$")
 
 
@@ -71,10 +73,9 @@ def parse_idempotency_key(value: str) -> str | None:
     The draft defines the field as a Structured Field string (`"..."`); a bare token is
     taken too, since many clients send one.
     """
-    value = value.strip()
     if len(value) >= 2 and value[0] == '"' and value[-1] == '"':
         value = value[1:-1]
-    return value if _IDEMPOTENCY_KEY.match(value) else None
+    return value if _IDEMPOTENCY_KEY.fullmatch(value) else None
 
 
 # ---- RateLimit ------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic.json_schema import models_json_schema
 
+from ingest.http_fields import IDEMPOTENCY_KEY_PATTERN
 from ingest.problems import TITLES, TYPE_PREFIX
 from ingest.settings import IngestSettings
 from schemas.tickets import Ticket, TicketResult
@@ -105,10 +106,10 @@ def _submit(s: IngestSettings) -> dict[str, Any]:
                 "required": False,
                 "description": (
                     "draft-ietf-httpapi-idempotency-key-header: a Structured Field string "
-                    '(`"..."`, or a bare token) of 1-255 printable ASCII characters '
+                    '(`"..."`, or a bare token) of 1-255 visible ASCII characters '
                     'without `"` or `\\`, unique per operation and API key.'
                 ),
-                "schema": {"type": "string", "minLength": 1, "maxLength": 257},
+                "schema": {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN},
             },
             {
                 "name": "traceparent",
@@ -213,9 +214,9 @@ def _schemas(s: IngestSettings) -> dict[str, Any]:
                 "type": "array",
                 "minItems": 1,
                 "maxItems": s.batch_max,
-                # each is checked on its own, and refused on its own (207): a batch with a
-                # bad ticket is still a well-formed batch
-                "items": {"type": "object", "description": "A `Ticket`."},
+                # each entry is checked on its own, and refused on its own (207): a batch
+                # with a bad entry, even one that is no object, is still a well-formed batch
+                "items": {"description": "A `Ticket`; checked and answered one by one."},
             }
         },
     }

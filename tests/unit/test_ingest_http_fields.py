@@ -75,7 +75,6 @@ def test_an_invalid_traceparent_starts_a_new_trace() -> None:
     [
         ('"8e03978e-40d5-43e8-bc93-6894a57f9324"', "8e03978e-40d5-43e8-bc93-6894a57f9324"),
         ("8e03978e-40d5", "8e03978e-40d5"),  # a bare token, as many clients send
-        (" abc ", "abc"),
         ("a" * 255, "a" * 255),
     ],
 )
@@ -83,7 +82,9 @@ def test_idempotency_keys_are_read(value: str, key: str) -> None:
     assert parse_idempotency_key(value) == key
 
 
-@pytest.mark.parametrize("value", ['""', "", "a" * 256, 'a"b', "a\\b", "é", "a\tb", '"'])
+@pytest.mark.parametrize(
+    "value", ['""', "", "a" * 256, 'a"b', "a\\b", "é", "a\tb", '"', "a b", '"a b"']
+)
 def test_bad_idempotency_keys_are_refused(value: str) -> None:
     assert parse_idempotency_key(value) is None
 
