@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import orjson
 from redis.asyncio import Redis
 
+from ingest.redis_mux import MuxRedis
+
 _ACQUIRE = """
 local v = redis.call('HMGET', KEYS[1], 'state', 'fp', 'response')
 if not v[1] then
@@ -92,7 +94,7 @@ class Claim:
 
 
 class IdempotencyStore:
-    def __init__(self, redis: Redis, prefix: str, ttl_s: int, lock_s: float) -> None:
+    def __init__(self, redis: Redis | MuxRedis, prefix: str, ttl_s: int, lock_s: float) -> None:
         self.redis = redis
         self.prefix = prefix + "idem:"
         self.ttl_ms = ttl_s * 1000

@@ -33,6 +33,7 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
+from ingest.redis_mux import MuxRedis
 from schemas.tickets import TicketResult
 from streams.topics import Topics
 
@@ -44,38 +45,39 @@ TERMINAL = frozenset({"completed", "degraded", "dead_lettered"})
 RANKS = {"dead_lettered": 1, "awaiting_review": 2, "completed": 3, "degraded": 3}
 _REGEX_SPECIAL = set(".^$*+?()[]{}|\\")
 
-# per ticket id: 1 taken now, 2 already this owner's, 0 another owner's
+SEP = "\x1f"  # between the fields of a claim or an outcome: never in an id, a time, JSON
+# per ticket id: 1 taken now, 2 already this owner's, 0 another owner's. ARGV[1] is the
+# claim ("owner SEP submitted_at SEP trace id"), ARGV[3] the owner and SEP
 _CLAIM = """
 local out = {}
 for i, k in ipairs(KEYS) do
-  local owner = redis.call('HGET', k, 'owner')
-  if not owner then
-    redis.call('HSET', k, 'owner', ARGV[1], 'submitted_at', ARGV[2], 'trace_id', ARGV[3],
-               'status', 'accepted', 'rank', '0')
-    redis.call('PEXPIRE', k, ARGV[4])
+  if redis.call('SET', k, ARGV[1], 'NX', 'PX', ARGV[2]) then
     out[i] = 1
-  elseif owner == ARGV[1] then
-    out[i] = 2
   else
-    out[i] = 0
+    local cur = redis.call('GET', k)
+    if cur and string.sub(cur, 1, #ARGV[3]) == ARGV[3] then out[i] = 2 else out[i] = 0 end
   end
 end
 return out
 """
-# a claim whose record Kafka refused: the ticket was never submitted
+# claims whose records Kafka refused: those tickets were never submitted
 _UNCLAIM = """
 for i, k in ipairs(KEYS) do
-  if redis.call('HGET', k, 'owner') == ARGV[1] and redis.call('HGET', k, 'rank') == '0' then
+  local cur = redis.call('GET', k)
+  if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1]
+     and redis.call('EXISTS', k .. ':out') == 0 then
     redis.call('DEL', k)
   end
 end
 return 0
 """
+# KEYS[1] the claim, KEYS[2] its outcome; ARGV[1] the rank, ARGV[2] "rank SEP JSON"
 _OUTCOME = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-if tonumber(ARGV[5]) < tonumber(redis.call('HGET', KEYS[1], 'rank') or '0') then return 0 end
-redis.call('HSET', KEYS[1], 'status', ARGV[1], 'route', ARGV[2], 'result', ARGV[3],
-           'error_class', ARGV[4], 'rank', ARGV[5])
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl <= 0 then return 0 end
+local cur = redis.call('GET', KEYS[2])
+if cur and tonumber(ARGV[1]) < tonumber(string.sub(cur, 1, 1)) then return 0 end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ttl)
 return 1
 """
 
@@ -93,7 +95,10 @@ def topic_pattern(prefix: str) -> str:
 
 
 class TicketIndex:
-    def __init__(self, redis_client: Redis, prefix: str, ttl_s: int) -> None:
+    """Claims (`ticket:<id>`, a string set if absent) and outcomes (`ticket:<id>:out`):
+    one command per ticket to claim, one round trip to read both."""
+
+    def __init__(self, redis_client: Redis | MuxRedis, prefix: str, ttl_s: int) -> None:
         self.redis = redis_client
         self.prefix = prefix + "ticket:"
         self.ttl_ms = ttl_s * 1000
@@ -106,16 +111,38 @@ class TicketIndex:
     async def claim(self, ticket_ids: list[str], owner: str, trace: str) -> list[int]:
         submitted_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         keys = [self.key(t) for t in ticket_ids]
-        raw = await self._claim(keys=keys, args=[owner, submitted_at, trace, self.ttl_ms])
+        value = SEP.join((owner, submitted_at, trace))
+        raw = await self._claim(keys=keys, args=[value, self.ttl_ms, owner + SEP])
         return [int(x) for x in raw]
 
     async def unclaim(self, ticket_ids: list[str], owner: str) -> None:
         if ticket_ids:
-            await self._unclaim(keys=[self.key(t) for t in ticket_ids], args=[owner])
+            await self._unclaim(keys=[self.key(t) for t in ticket_ids], args=[owner + SEP])
 
     async def get(self, ticket_id: str) -> dict[str, str] | None:
-        raw = await self.redis.hgetall(self.key(ticket_id))
-        return {k.decode(): v.decode() for k, v in raw.items()} or None
+        """The claim's and the outcome's fields, or None for a ticket never claimed."""
+        key = self.key(ticket_id)
+        claim, outcome = await self.redis.mget([key, key + ":out"])
+        if claim is None:
+            return None
+        entry = dict(
+            zip(("owner", "submitted_at", "trace_id"), claim.decode().split(SEP), strict=False)
+        )
+        if outcome is not None:
+            entry.update(orjson.loads(outcome.decode().split(SEP, 1)[1]))
+        return entry
+
+
+def outcome_value(o: Outcome) -> tuple[int, str]:
+    """The rank and stored form of an outcome."""
+    fields = {
+        "status": o.status,
+        "route": o.route,
+        "error_class": o.error_class,
+        "result": o.result.decode(),
+    }
+    rank = RANKS[o.status]
+    return rank, f"{rank}{SEP}{orjson.dumps(fields).decode()}"
 
 
 def ticket_view(ticket_id: str, entry: dict[str, str], live: dict[str, Any] | None) -> dict:
@@ -225,8 +252,9 @@ class ResultIndexer:
             try:
                 pipe = self._redis.pipeline(transaction=False)
                 for o in outcomes:
-                    args = [o.status, o.route, o.result, o.error_class, RANKS[o.status]]
-                    self._outcome(keys=[self.prefix + o.ticket_id], args=args, client=pipe)
+                    key = self.prefix + o.ticket_id
+                    rank, value = outcome_value(o)
+                    self._outcome(keys=[key, key + ":out"], args=[rank, value], client=pipe)
                 pipe.execute()
                 break
             except redis.RedisError as exc:  # kept until Redis is back: nothing is skipped

@@ -25,6 +25,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from ingest.redis_mux import MuxRedis
+
 TOKEN_PREFIX = "tfk_"
 TOKEN_RE = re.compile(r"^tfk_[A-Za-z0-9_-]{43}$")
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -93,7 +95,7 @@ def _record(fields: dict[bytes, bytes]) -> KeyRecord | None:
 
 
 class KeyStore:
-    def __init__(self, redis: Redis, prefix: str) -> None:
+    def __init__(self, redis: Redis | MuxRedis, prefix: str) -> None:
         self.redis = redis
         self.index = prefix + "keys"
         self.record_prefix = prefix + "key:"

@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field
 from redis.asyncio import Redis
 
 from ingest.http_fields import Bucket
+from ingest.redis_mux import MuxRedis
 
 _TAKE = """
 local t = redis.call('TIME')
@@ -99,7 +100,7 @@ def verdict(raw: list[bytes | str | int], names: tuple[str, ...]) -> Verdict:
 
 
 class LimitStore:
-    def __init__(self, redis: Redis, prefix: str, defaults: Limits) -> None:
+    def __init__(self, redis: Redis | MuxRedis, prefix: str, defaults: Limits) -> None:
         self.redis = redis
         self.prefix = prefix
         self.defaults = defaults

@@ -1,10 +1,11 @@
-"""The producer behind `202`: idempotent, acks=all, and an awaitable delivery per record.
+"""The producer behind `202`: idempotent, acks=all, and one awaitable per request.
 
 librdkafka batches and sends from its own thread (as `streams.producer` explains, a
 produce call then costs microseconds of the event loop). Unlike the workflow's producers,
-ingest needs each record's own delivery report, since a request is answered only for its
-records: a poll thread collects the reports of one `poll()` and hands them to the event
-loop in one call, instead of waking the loop once per record.
+ingest needs to know when each request's own records are acknowledged, so every record
+has a delivery callback; the callbacks of one request count down one shared state, and
+the poll thread hands the requests it completed to the event loop in one call per poll,
+instead of a future and a loop wake-up per record.
 
 A broker that does not acknowledge within `message.timeout.ms` fails the record (the
 caller gets 503); the idempotent producer's sequence numbers keep librdkafka's own
@@ -17,7 +18,6 @@ import asyncio
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -27,19 +27,31 @@ from streams.producer import BASE_CONFIG
 log = logging.getLogger(__name__)
 
 Headers = Sequence[tuple[str, bytes]]
+# the records of a request that were not acknowledged: key -> why
+Failures = dict[bytes, str]
 
 
-@dataclass(frozen=True)
-class Delivery:
-    """A record's fate: on the broker at (partition, offset), or its error."""
+class _Request:
+    """One request's records in flight; its callbacks run on the poll thread."""
 
-    partition: int = -1
-    offset: int = -1
-    error: str | None = None
+    __slots__ = ("failed", "future", "left", "lock", "owner")
 
-    @property
-    def ok(self) -> bool:
-        return self.error is None
+    def __init__(self, owner: AckProducer, future: asyncio.Future[Failures], n: int) -> None:
+        self.owner, self.future, self.left = owner, future, n
+        self.failed: Failures = {}
+        self.lock = threading.Lock()
+
+    def settle(self, key: bytes, error: str | None) -> bool:
+        """Count one record done; True when it was the last."""
+        with self.lock:
+            if error is not None:
+                self.failed[key] = error
+            self.left -= 1
+            return self.left == 0
+
+    def on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        if self.settle(msg.key(), err.str() if err is not None else None):
+            self.owner._done.append(self)
 
 
 class AckProducer:
@@ -56,7 +68,7 @@ class AckProducer:
             }
         )
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._reports: list[tuple[asyncio.Future[Delivery], Delivery]] = []
+        self._done: list[_Request] = []
         self._closed = threading.Event()
         self._poller: threading.Thread | None = None
 
@@ -68,34 +80,44 @@ class AckProducer:
     def _poll(self) -> None:
         while not self._closed.is_set():
             self._producer.poll(0.05)
-            if self._reports and self._loop is not None:
-                reports, self._reports = self._reports, []
-                self._loop.call_soon_threadsafe(_resolve, reports)
+            if self._done and self._loop is not None:
+                done, self._done = self._done, []
+                try:
+                    self._loop.call_soon_threadsafe(_resolve, done)
+                except RuntimeError:  # the loop is closed: nobody waits any more
+                    return
 
     def _on_error(self, err: KafkaError) -> None:
         # the broker's address may be in it, never a record: fine to log
         log.warning("kafka: %s", err)
 
     def produce(
-        self, topic: str, key: bytes, value: bytes, headers: Headers
-    ) -> asyncio.Future[Delivery]:
-        """Queue one record; the future resolves when the broker acknowledged or refused it."""
+        self, topic: str, records: Sequence[tuple[bytes, bytes]], headers: Headers
+    ) -> asyncio.Future[Failures]:
+        """Queue (key, value) records; the future resolves once the broker acknowledged or
+        refused each of them, with the refused ones."""
         assert self._loop is not None, "start() first"
-        future: asyncio.Future[Delivery] = self._loop.create_future()
-
-        def on_delivery(err: KafkaError | None, msg: Any) -> None:  # on the poll thread
-            report = Delivery(error=err.str()) if err else Delivery(msg.partition(), msg.offset())
-            self._reports.append((future, report))
-
-        try:
-            self._producer.produce(
-                topic, key=key, value=value, headers=list(headers), on_delivery=on_delivery
-            )
-        except (BufferError, KafkaException) as exc:
-            # the local queue is full (the broker has been away a while) or the producer
-            # failed for good: refuse now rather than queue for ever
-            future.set_result(Delivery(error=str(exc) or type(exc).__name__))
+        future: asyncio.Future[Failures] = self._loop.create_future()
+        request = _Request(self, future, len(records))
+        hdrs = list(headers)
+        for i, (key, value) in enumerate(records):
+            try:
+                self._producer.produce(
+                    topic, key=key, value=value, headers=hdrs, on_delivery=request.on_delivery
+                )
+            except (BufferError, KafkaException) as exc:
+                # the local queue is full (the broker has been away a while) or the producer
+                # failed for good: refuse the rest now rather than queue them for ever
+                self._refuse(request, records[i:], str(exc) or type(exc).__name__)
+                break
         return future
+
+    def _refuse(self, request: _Request, records: Sequence[tuple[bytes, bytes]], why: str) -> None:
+        last = False
+        for key, _ in records:
+            last = request.settle(key, why)
+        if last and not request.future.done():
+            request.future.set_result(request.failed)
 
     def broker_reachable(self, timeout_s: float = 1.0) -> bool:
         """Whether the cluster answers a metadata request (blocking: run it in a thread)."""
@@ -112,7 +134,7 @@ class AckProducer:
             self._poller.join(timeout=2)
 
 
-def _resolve(reports: list[tuple[asyncio.Future[Delivery], Delivery]]) -> None:
-    for future, report in reports:
-        if not future.done():  # a request that gave up (its client left) cancelled it
-            future.set_result(report)
+def _resolve(done: list[_Request]) -> None:
+    for request in done:
+        if not request.future.done():
+            request.future.set_result(request.failed)

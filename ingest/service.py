@@ -35,7 +35,8 @@ from ingest.index import TERMINAL, ResultIndexer, TicketIndex
 from ingest.keys import TOKEN_RE, KeyCache, KeyRecord, KeyStore, digest
 from ingest.limits import Limit, Limits, LimitStore, Verdict
 from ingest.problems import Problem, ProblemError
-from ingest.producer import AckProducer, Delivery
+from ingest.producer import AckProducer, Failures
+from ingest.redis_mux import MuxRedis
 from ingest.settings import IngestSettings
 from ingest.tickets import Accepted, Rejected, Submission
 from streams.topics import Topics
@@ -105,7 +106,7 @@ class IngestService:
     def __init__(self, settings: IngestSettings, producer: AckProducer | None = None) -> None:
         self.settings = settings
         self.topics = Topics(settings.topic_prefix)
-        self.redis = redis_client(settings)
+        self.redis = MuxRedis(settings.redis_url.get_secret_value(), settings.redis_timeout_s)
         prefix = settings.redis_prefix
         self.keys = KeyStore(self.redis, prefix)
         self.key_cache = KeyCache(settings.key_cache_s)
@@ -198,19 +199,21 @@ class IngestService:
                 self._reject(out, item.index, _taken(sub.batch, item.index), "taken")
             else:
                 sending.append((item, claim))
-        deliveries = await self._produce([a for a, _ in sending], traceparent)
+        failures = await self._produce([a for a, _ in sending], traceparent)
         failed: list[str] = []
-        for (item, claim), delivery in zip(sending, deliveries, strict=True):
-            if delivery.ok:
+        if failures:
+            why = next(iter(failures.values()))
+            log.warning("%d ticket(s) not acknowledged by Kafka: %s", len(failures), why)
+        for item, claim in sending:
+            if item.ticket_id.encode() not in failures:
                 out.accepted.append(_accepted(item))
-                metrics.RECORDS.labels("accepted").inc()
                 continue
-            log.warning("ticket not acknowledged by Kafka: %s", delivery.error)
             pointer = f"/tickets/{item.index}" if sub.batch else ""
             self._reject(out, item.index, kafka_unavailable(pointer), "undelivered")
             out.undelivered += 1
             if claim == 1:
                 failed.append(item.ticket_id)
+        metrics.RECORDS.labels("accepted").inc(len(out.accepted))
         await self._unclaim(failed, key)
         return out
 
@@ -238,19 +241,18 @@ class IngestService:
                 "could not remove %d unacknowledged ticket(s) from the index", len(ticket_ids)
             )
 
-    async def _produce(self, items: list[Accepted], traceparent: str) -> list[Delivery]:
+    async def _produce(self, items: list[Accepted], traceparent: str) -> Failures:
         if not items:
-            return []
-        headers = [("traceparent", traceparent.encode())]
-        topic = self.topics.tickets_in
+            return {}
         loop = asyncio.get_running_loop()
         start = loop.time()
-        futures = [
-            self.producer.produce(topic, a.ticket_id.encode(), a.value, headers) for a in items
-        ]
-        deliveries = await asyncio.gather(*futures)
+        failures = await self.producer.produce(
+            self.topics.tickets_in,
+            [(a.ticket_id.encode(), a.value) for a in items],
+            [("traceparent", traceparent.encode())],
+        )
         metrics.PRODUCE_SECONDS.observe(loop.time() - start)
-        return list(deliveries)
+        return failures
 
     # ---- reading --------------------------------------------------------------------------------
 
