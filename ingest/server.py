@@ -93,6 +93,10 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     except Exception:
         log.exception("%s %s failed", request.method, route)
         response = Problem(500, "internal").response()
+    if not request.content.at_eof():
+        # refused before its body was read (401, 413, 429, ...): close rather than let
+        # aiohttp read the rest of a body that may be endless
+        response.force_close()
     buckets: tuple[Bucket, ...] = request.get(BUCKETS, ())
     for name, value in ratelimit_fields(buckets).items():
         response.headers.setdefault(name, value)
@@ -171,15 +175,7 @@ async def read_body(request: web.Request, limit: int) -> bytes:
 
 
 def _too_large(limit: int) -> ProblemError:
-    # the rest of the body is not read: the connection cannot be reused
-    return ProblemError(
-        Problem(
-            413,
-            "body-too-large",
-            f"the body is over {limit} bytes",
-            headers={"Connection": "close"},
-        )
-    )
+    return ProblemError(Problem(413, "body-too-large", f"the body is over {limit} bytes"))
 
 
 # ---- handlers ---------------------------------------------------------------------------------

@@ -206,7 +206,7 @@ class IngestService:
             log.warning("%d ticket(s) not acknowledged by Kafka: %s", len(failures), why)
         for item, claim in sending:
             if item.ticket_id.encode() not in failures:
-                out.accepted.append(_accepted(item))
+                out.accepted.append(_accepted(item, self.settings.public_url.rstrip("/")))
                 continue
             pointer = f"/tickets/{item.index}" if sub.batch else ""
             self._reject(out, item.index, kafka_unavailable(pointer), "undelivered")
@@ -299,11 +299,11 @@ _RECORD_OUTCOMES = {
 }
 
 
-def _accepted(item: Accepted) -> dict:
+def _accepted(item: Accepted, base: str) -> dict:
     return {
         "index": item.index,
         "ticket_id": item.ticket_id,
-        "status_url": f"/v1/tickets/{item.ticket_id}",
+        "status_url": f"{base}/v1/tickets/{item.ticket_id}",
     }
 
 

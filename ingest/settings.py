@@ -8,8 +8,9 @@ own names, so one environment configures every service; the Redis URL may carry 
 from __future__ import annotations
 
 from functools import lru_cache
+from urllib.parse import urlparse
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # the largest batch DESIGN.md allows
@@ -26,9 +27,12 @@ class IngestSettings(BaseSettings):
         env_prefix="TICKETFLOW_INGEST_", env_file=".env", extra="ignore", populate_by_name=True
     )
 
+    # where clients find ingest (DESIGN.md); the bind address and port default to its own
+    url: str = "http://127.0.0.1:8090"
     host: str = "127.0.0.1"
     port: int = Field(8090, ge=0, le=65535)
-    # the public base of status URLs; empty: the request's own scheme and host
+    # the base of the status URLs in answers (e.g. https://tickets.example.com behind a
+    # proxy); empty: a path alone (a Host header is the caller's word, never echoed)
     public_url: str = ""
 
     kafka_bootstrap: str = Field("127.0.0.1:9092", validation_alias=_shared("KAFKA_BOOTSTRAP"))
@@ -80,6 +84,15 @@ class IngestSettings(BaseSettings):
     # http://127.0.0.1:<TICKETFLOW_WORKER_WEB_PORT>; "off": never asked
     worker_url: str = ""
     worker_web_port: int = Field(6066, validation_alias=_shared("WORKER_WEB_PORT"))
+
+    @model_validator(mode="after")
+    def _bind_from_url(self) -> IngestSettings:
+        url = urlparse(self.url)
+        if "host" not in self.model_fields_set and url.hostname:
+            self.host = url.hostname
+        if "port" not in self.model_fields_set and url.port:
+            self.port = url.port
+        return self
 
     @property
     def live_state_url(self) -> str | None:

@@ -103,3 +103,13 @@ def test_fingerprints_tell_payloads_apart() -> None:
 def test_a_stored_response_round_trips() -> None:
     r = StoredResponse(207, "application/json", '{"ü":1}'.encode(), {"traceparent": "x"})
     assert StoredResponse.loads(r.dumps()) == r
+
+
+def test_the_bind_address_follows_ingest_url_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("TICKETFLOW_INGEST_HOST", "TICKETFLOW_INGEST_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TICKETFLOW_INGEST_URL", "http://0.0.0.0:9000")
+    s = IngestSettings(_env_file=None)
+    assert (s.host, s.port) == ("0.0.0.0", 9000)
+    monkeypatch.setenv("TICKETFLOW_INGEST_PORT", "9100")
+    assert IngestSettings(_env_file=None).port == 9100

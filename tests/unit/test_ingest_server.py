@@ -292,3 +292,13 @@ async def test_problem_error_carries_its_headers() -> None:
     error = redis_unavailable()
     assert isinstance(error, ProblemError)
     assert error.problem.response().headers["Retry-After"] == "2"
+
+
+async def test_a_refused_request_closes_instead_of_reading_its_body(http: TestClient) -> None:
+    r = await http.post(
+        "/v1/tickets", data=b"x" * 3000, headers={"Content-Type": "application/json"}
+    )
+    await problem(r, 401, "unauthorized")
+    assert r.headers["Connection"].lower() == "close"
+    ok = await http.post("/v1/tickets", json=TICKET, headers=auth())
+    assert ok.status == 202 and ok.headers.get("Connection", "").lower() != "close"
