@@ -158,6 +158,7 @@ def _submit(s: IngestSettings) -> dict[str, Any]:
                 "Idempotent-Replayed",
                 *LIMITED,
             ),
+            "408": _problem("The body did not arrive within the time allowed.", *LIMITED),
             "415": _problem("Not `application/json`, or not valid UTF-8 JSON.", *LIMITED),
             "422": _problem("The Idempotency-Key was used with another payload.", *LIMITED),
             **AUTH_ERRORS,

@@ -29,6 +29,7 @@ TITLES: dict[str, str] = {
     "not-json": "The body is not JSON",
     "unsupported-media-type": "Unsupported media type",
     "body-too-large": "The request body is too large",
+    "body-timeout": "The request body did not arrive in time",
     "record-too-large": "The ticket is too large for tickets.in",
     "unauthorized": "Missing or invalid API key",
     "forbidden": "The API key lacks the scope this needs",

@@ -160,10 +160,20 @@ def check_media_type(request: web.Request) -> None:
         )
 
 
-async def read_body(request: web.Request, limit: int) -> bytes:
-    """The body, refused (413) as soon as it is known to be over `limit` bytes."""
+async def read_body(request: web.Request, limit: int, timeout_s: float) -> bytes:
+    """The body, refused (413) as soon as it is known to be over `limit` bytes, or (408)
+    when it has not all arrived within `timeout_s`."""
     if request.content_length is not None and request.content_length > limit:
         raise _too_large(limit)
+    try:
+        return await asyncio.wait_for(_read(request, limit), timeout_s)
+    except asyncio.TimeoutError:
+        raise ProblemError(
+            Problem(408, "body-timeout", f"the body took over {timeout_s:g} s")
+        ) from None
+
+
+async def _read(request: web.Request, limit: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.content.iter_any():
@@ -186,7 +196,7 @@ async def submit(request: web.Request) -> web.Response:
     settings = service.settings
     key = await admit(request, "submit")
     check_media_type(request)
-    body = await read_body(request, settings.body_limit_bytes)
+    body = await read_body(request, settings.body_limit_bytes, settings.body_timeout_s)
     raw_key = request.headers.get("Idempotency-Key")
     if raw_key is None:
         return await _submit(request, key, body)

@@ -43,6 +43,9 @@ class IngestSettings(BaseSettings):
     # every Redis key ingest and `ticketflow keys|limits` use starts with this
     redis_prefix: str = "ticketflow:ingest:"
 
+    # a body not received within this is refused (408): a client trickling it holds a
+    # request open for no more than this
+    body_timeout_s: float = Field(15.0, gt=0, le=300)
     # a request body above this is refused (413) before it is parsed: 500 tickets of ~8 KiB
     body_limit_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024)
     batch_max: int = Field(MAX_BATCH, ge=1, le=MAX_BATCH)

@@ -77,8 +77,9 @@ def test_no_secret_in_the_settings_repr(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_settings_names_and_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("TICKETFLOW_INGEST_PORT", "TICKETFLOW_INGEST_REDIS_URL", "TICKETFLOW_REDIS_URL"):
-        monkeypatch.delenv(name, raising=False)
+    for name in ("PORT", "HOST", "URL", "REDIS_URL", "LIMITS_FAIL_OPEN", "AUTH_FAIL_OPEN"):
+        monkeypatch.delenv(f"TICKETFLOW_INGEST_{name}", raising=False)
+    monkeypatch.delenv("TICKETFLOW_REDIS_URL", raising=False)
     s = IngestSettings(_env_file=None)
     assert (s.host, s.port, s.batch_max, s.idempotency_ttl_s) == ("127.0.0.1", 8090, 500, 86400)
     assert not s.auth_fail_open and not s.limits_fail_open

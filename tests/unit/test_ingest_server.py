@@ -302,3 +302,20 @@ async def test_a_refused_request_closes_instead_of_reading_its_body(http: TestCl
     assert r.headers["Connection"].lower() == "close"
     ok = await http.post("/v1/tickets", json=TICKET, headers=auth())
     assert ok.status == 202 and ok.headers.get("Connection", "").lower() != "close"
+
+
+async def test_a_trickled_body_is_408(service: FakeService) -> None:
+    service.settings = SETTINGS.model_copy(update={"body_timeout_s": 0.2})
+    app = create_app(service.settings, service)  # type: ignore[arg-type]
+    async with TestClient(TestServer(app)) as client:
+
+        async def trickle() -> AsyncIterator[bytes]:
+            yield b'{"ticket_id": '
+            await asyncio.sleep(1)
+            yield b'"t-1"}'
+
+        r = await client.post(
+            "/v1/tickets", data=trickle(), headers=auth(**{"Content-Type": "application/json"})
+        )
+        await problem(r, 408, "body-timeout")
+    assert not service.submitted
