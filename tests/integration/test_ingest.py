@@ -26,6 +26,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+import redis as redis_sync
 from aiohttp.test_utils import TestServer
 from confluent_kafka import Producer
 
@@ -118,6 +119,11 @@ def ingest_url(live_stack: Settings, env: dict[str, str]) -> Iterator[str]:
     services.wait_until(lambda: services.http_ok(url + "/readyz"), service, 60, "ready")
     yield url
     service.stop()
+    # the keys, limits, buckets and index entries of this run, from the shared Redis
+    client = redis_sync.Redis.from_url(live_stack.redis_url)
+    for name in client.scan_iter(match=REDIS_PREFIX + "*", count=1000):
+        client.delete(name)
+    client.close()
 
 
 ROUTES = ("auto_classify", "manual_review", "after_sales")
