@@ -38,9 +38,14 @@ redis.call('HSET', KEYS[2], 'id', ARGV[3], 'name', ARGV[1], 'scopes', ARGV[4],
            'created_at', ARGV[5])
 return 1
 """
+# the key, and its own limit and bucket (ingest.limits), which no other key can use
 _REVOKE = """
 local digest = redis.call('HGET', KEYS[1], ARGV[1])
 if not digest then return 0 end
+local id = redis.call('HGET', ARGV[2] .. digest, 'id')
+if id then
+  redis.call('DEL', ARGV[3] .. 'limits:key:' .. id, ARGV[3] .. 'bucket:key:' .. id)
+end
 redis.call('DEL', ARGV[2] .. digest)
 redis.call('HDEL', KEYS[1], ARGV[1])
 return 1
@@ -97,6 +102,7 @@ def _record(fields: dict[bytes, bytes]) -> KeyRecord | None:
 class KeyStore:
     def __init__(self, redis: Redis | MuxRedis, prefix: str) -> None:
         self.redis = redis
+        self.prefix = prefix
         self.index = prefix + "keys"
         self.record_prefix = prefix + "key:"
         self._create = redis.register_script(_CREATE)
@@ -121,7 +127,8 @@ class KeyStore:
         return token, record
 
     async def revoke(self, name: str) -> bool:
-        return bool(await self._revoke(keys=[self.index], args=[name, self.record_prefix]))
+        args = [name, self.record_prefix, self.prefix]
+        return bool(await self._revoke(keys=[self.index], args=args))
 
     async def lookup(self, token_digest: str) -> KeyRecord | None:
         return _record(await self.redis.hgetall(self.record_prefix + token_digest))
