@@ -7,7 +7,6 @@ own names, so one environment configures every service; the Redis URL may carry 
 
 from __future__ import annotations
 
-from functools import lru_cache
 from urllib.parse import urlparse
 
 from pydantic import AliasChoices, Field, SecretStr, model_validator
@@ -102,8 +101,3 @@ class IngestSettings(BaseSettings):
         if self.worker_url == "off":
             return None
         return self.worker_url.rstrip("/") or f"http://127.0.0.1:{self.worker_web_port}"
-
-
-@lru_cache(maxsize=1)
-def get_ingest_settings() -> IngestSettings:
-    return IngestSettings()
