@@ -13,6 +13,8 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Mapping
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
@@ -22,8 +24,8 @@ log = logging.getLogger(__name__)
 
 
 class CompletionLedger:
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self._bootstrap = bootstrap
+    def __init__(self, kafka: Mapping[str, Any], topic: str) -> None:
+        self._kafka = kafka
         self.topic = topic
         self._done: dict[int, set[str]] = {}
 
@@ -45,7 +47,7 @@ class CompletionLedger:
     def _read(self, partition: int, timeout_s: float) -> set[str]:
         consumer = Consumer(
             {
-                "bootstrap.servers": self._bootstrap,
+                **self._kafka,
                 "group.id": f"ledger-{uuid.uuid4().hex}",  # never commits: assign() only
                 "isolation.level": "read_committed",
                 "enable.auto.commit": False,

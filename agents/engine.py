@@ -60,6 +60,7 @@ from streams import faust_adapter
 from streams.admin import RETRY_TIERS_MS
 from streams.commit import CommitBarrier
 from streams.headers import new_trace_id
+from streams.kafka_config import confluent_config
 from streams.producer import AsyncProducer
 from streams.settings import Settings
 from streams.tables import WriteBehindTable
@@ -100,7 +101,7 @@ class WorkflowEngine:
         self.topology = Topology(definition, earlier)
         self.steps = steps or step_set("", self.topology)  # agents/pools.py
         self.topics = Topics(settings.topic_prefix)
-        self.producer = AsyncProducer(settings.kafka_bootstrap)
+        self.producer = AsyncProducer(confluent_config(settings))
         # the table at home; a pool keeps no state and sends its moves home as records
         self.state: WriteBehindTable | RemoteStates
         self.states: States
@@ -123,7 +124,7 @@ class WorkflowEngine:
         }
         self.runner = StepRunner(self.topology, handlers, self.emitter, self.states, self.topics)
         self.router = Router(
-            settings.kafka_bootstrap,
+            confluent_config(settings),
             f"{app.conf.id}-{self.topology.router.name}",
             self.topics,
             self.topology,

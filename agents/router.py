@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +48,7 @@ class Pending:
 class Router:
     def __init__(
         self,
-        bootstrap: str,
+        kafka: Mapping[str, Any],
         transactional_prefix: str,
         topics: Topics,
         topology: Topology,
@@ -56,14 +56,14 @@ class Router:
         emitter: Emitter,
         owns: Callable[[int], bool],
     ) -> None:
-        self._bootstrap = bootstrap
+        self._kafka = kafka
         self._prefix = transactional_prefix
         self.topics = topics
         self.topology = topology
         self.states = states
         self.emitter = emitter
         self._owns = owns
-        self.ledger = CompletionLedger(bootstrap, topics.completed)
+        self.ledger = CompletionLedger(kafka, topics.completed)
         self._txn: dict[int, TransactionalProducer] = {}
         self._locks: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
         # results waiting for their partition's next transaction, and the task committing
@@ -173,7 +173,7 @@ class Router:
         async with self._locks[partition]:
             producer = self._txn.get(partition)
             if producer is None:
-                producer = TransactionalProducer(self._bootstrap, f"{self._prefix}-{partition}")
+                producer = TransactionalProducer(self._kafka, f"{self._prefix}-{partition}")
                 await producer.init()  # aborts and fences whatever the last owner left open
                 self._txn[partition] = producer
                 self.ledger.forget(partition)

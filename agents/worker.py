@@ -25,6 +25,7 @@ from streams.admin import ensure_topics, pipeline_topics
 from streams.app import create_app, tune_gc, use_uvloop
 from streams.faust_adapter import restore_seconds
 from streams.gaps import GapGuard, KafkaProbe
+from streams.kafka_config import aiokafka_kwargs
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
 
     # Faust would commit past records its fetcher dropped: read them again (streams/gaps.py)
     isolation = "read_committed" if app.in_transaction else "read_uncommitted"
-    probe = KafkaProbe(settings.kafka_bootstrap, app.conf.id, isolation)
+    probe = KafkaProbe(aiokafka_kwargs(settings), app.conf.id, isolation)
     gaps = GapGuard(app, engine.topics.written_by_workers, probe)
     gaps.install()
 

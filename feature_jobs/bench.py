@@ -40,6 +40,7 @@ from feature_jobs.settings import FeatureSettings
 from feature_jobs.store import MARK_BUILT_LUA, UPDATE_LUA, ViewEncoder, ViewKeys, marker_ttl_ms
 from feature_jobs.views import VIEWS
 from feature_jobs.writer import UPDATE_SHA, parse_ticket
+from streams.kafka_config import confluent_config
 from streams.settings import REPO_ROOT, Settings
 
 BENCH_DB = 15
@@ -282,10 +283,10 @@ def _produce(settings: Settings, source: str, events: int, entities: int) -> Non
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = AdminClient(confluent_config(settings))
     for f in admin.create_topics([NewTopic(source, settings.partitions, 1)]).values():
         f.result()
-    p = Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 20})
+    p = Producer(confluent_config(settings, {"linger.ms": 20}))
     for i, raw in enumerate(_tickets(events, entities)):
         p.produce(source, key=f"b{i}".encode(), value=raw)
         if i % 10_000 == 0:

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from feature_jobs.settings import FeatureSettings
 from schemas.features import FeatureView
+from streams.kafka_config import confluent_config
 from streams.settings import Settings
 
 features_app = typer.Typer(
@@ -290,7 +291,7 @@ def _publish(s: Settings, reports) -> None:
     from streams.topics import Topics
 
     topic = Topics(s.topic_prefix).features_drift
-    p = Producer({"bootstrap.servers": s.kafka_bootstrap, "linger.ms": 5})
+    p = Producer(confluent_config(s, {"linger.ms": 5}))
     for r in reports:
         p.produce(topic, key=r.view.encode(), value=encode(r))
     left = p.flush(10)
@@ -305,11 +306,9 @@ def _show_last_reports(s: Settings, names: list[str]) -> None:
 
     topic = Topics(s.topic_prefix).features_drift
     c = Consumer(
-        {
-            "bootstrap.servers": s.kafka_bootstrap,
-            "group.id": f"tf-drift-show-{time.time()}",
-            "enable.auto.commit": False,
-        }
+        confluent_config(
+            s, {"group.id": f"tf-drift-show-{time.time()}", "enable.auto.commit": False}
+        )
     )
     last: dict[str, bytes] = {}
     try:

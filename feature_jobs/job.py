@@ -36,6 +36,7 @@ from schemas.features import FeatureView
 from streams.admin import ensure_topics
 from streams.app import create_app, use_uvloop
 from streams.codecs import encode
+from streams.kafka_config import confluent_config
 from streams.settings import Settings
 from streams.topics import Topics
 
@@ -104,11 +105,7 @@ class BuildTracker:
         from confluent_kafka import Consumer, TopicPartition
 
         c = Consumer(
-            {
-                "bootstrap.servers": self._settings.kafka_bootstrap,
-                "group.id": self._group,
-                "enable.auto.commit": False,
-            }
+            confluent_config(self._settings, {"group.id": self._group, "enable.auto.commit": False})
         )
         try:
             meta = c.list_topics(timeout=10)
@@ -129,11 +126,9 @@ class BuildTracker:
 
         if self._consumer is None:  # one client for the whole build: making one costs
             self._consumer = Consumer(
-                {
-                    "bootstrap.servers": self._settings.kafka_bootstrap,
-                    "group.id": self._group,
-                    "enable.auto.commit": False,
-                }
+                confluent_config(
+                    self._settings, {"group.id": self._group, "enable.auto.commit": False}
+                )
             )
         done = set()
         for topic, parts in self._targets.items():

@@ -24,7 +24,7 @@ from rich.table import Table
 
 from inference_gateway.config import DEFAULT_KAFKA_BOOTSTRAP
 from inference_gateway.routing import DEFAULT_CONFIG, bucket_of, pick_version
-from inference_gateway.routing_watch import routing_topic
+from inference_gateway.routing_watch import kafka_security, routing_topic
 from schemas.routing import RoutingConfig
 
 config_app = typer.Typer(
@@ -86,7 +86,7 @@ def publish(config: RoutingConfig, bootstrap: str, topic: str, timeout_s: float 
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **kafka_security()})
     if topic not in admin.list_topics(timeout=timeout_s).topics:
         compact = {"cleanup.policy": "compact"}
         new = NewTopic(topic, num_partitions=1, replication_factor=1, config=compact)
@@ -97,7 +97,9 @@ def publish(config: RoutingConfig, bootstrap: str, topic: str, timeout_s: float 
                 if "TOPIC_ALREADY_EXISTS" not in str(error):
                     raise
     errors: list[str] = []
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, **kafka_security(), "enable.idempotence": True}
+    )
     producer.produce(
         topic,
         key=config.name.encode(),
@@ -118,6 +120,7 @@ def read_configs(bootstrap: str, topic: str, timeout_s: float = 10.0) -> dict[st
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
+            **kafka_security(),
             "group.id": "ticketflow-config-cli",
             "enable.auto.commit": False,
             "enable.partition.eof": True,

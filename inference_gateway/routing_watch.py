@@ -21,9 +21,10 @@ on from the offsets already applied, so no later change is missed and no old one
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +86,28 @@ class _Rebuild(Exception):
     """The consumer is to be replaced (broker back after an outage, or a stalled fetch)."""
 
 
+def kafka_security(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """librdkafka's security settings from the TICKETFLOW_KAFKA_* variables (DESIGN.md,
+    "Security"), read here because this layer does not import `streams`; the same rules as
+    streams/kafka_config.py. Empty for PLAINTEXT."""
+    env = os.environ if env is None else env
+    if env.get("TICKETFLOW_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT").upper() != "SASL_SSL":
+        return {}
+    password = env.get("TICKETFLOW_KAFKA_PASSWORD")
+    if password is None and env.get("TICKETFLOW_KAFKA_PASSWORD_FILE"):
+        with open(env["TICKETFLOW_KAFKA_PASSWORD_FILE"]) as fh:
+            password = (fh.read().splitlines() or [""])[0]
+    config = {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": env.get("TICKETFLOW_KAFKA_SASL_MECHANISM", "SCRAM-SHA-512"),
+        "sasl.username": env.get("TICKETFLOW_KAFKA_USERNAME", ""),
+        "sasl.password": password or "",
+    }
+    if env.get("TICKETFLOW_KAFKA_CA_FILE"):
+        config["ssl.ca.location"] = env["TICKETFLOW_KAFKA_CA_FILE"]
+    return config
+
+
 class RoutingWatcher:
     def __init__(
         self,
@@ -127,6 +150,7 @@ class RoutingWatcher:
     def _consumer(self) -> Any:
         settings = {
             "bootstrap.servers": self.bootstrap,
+            **kafka_security(),
             "group.id": f"ticketflow-gateway-routing-{id(self)}",  # never committed
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,7 +203,7 @@ class ResultIndexer:
     """A thread consuming the result topics and the DLQ into the index (at least once)."""
 
     def __init__(
-        self, bootstrap: str, topics: Topics, redis_url: str, prefix: str, **config: Any
+        self, kafka: Mapping[str, Any], topics: Topics, redis_url: str, prefix: str, **config: Any
     ) -> None:
         self.topics = topics
         self.prefix = prefix + "ticket:"
@@ -210,7 +211,7 @@ class ResultIndexer:
         self._outcome = self._redis.register_script(_OUTCOME)
         self._consumer = Consumer(
             {
-                "bootstrap.servers": bootstrap,
+                **kafka,
                 # one group for every ingest instance: each record is indexed once
                 "group.id": f"{topics.prefix}ticketflow-ingest-index",
                 "isolation.level": "read_committed",

@@ -17,12 +17,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from streams.kafka_config import KafkaConfig, confluent_config
 from streams.producer import BASE_CONFIG
+from streams.settings import Settings
+
+if TYPE_CHECKING:
+    from ingest.settings import IngestSettings
+
+
+def kafka_config(settings: IngestSettings) -> KafkaConfig:
+    """Ingest's librdkafka configuration: its bootstrap, and the shared Kafka security
+    settings (TICKETFLOW_KAFKA_*, read by streams.settings.Settings)."""
+    return confluent_config(
+        Settings().model_copy(update={"kafka_bootstrap": settings.kafka_bootstrap})
+    )
+
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +69,10 @@ class _Request:
 
 
 class AckProducer:
-    def __init__(self, bootstrap: str, timeout_s: float, **config: Any) -> None:
+    def __init__(self, kafka: Mapping[str, Any], timeout_s: float, **config: Any) -> None:
         self._producer = Producer(
             {
-                "bootstrap.servers": bootstrap,
+                **kafka,  # bootstrap and security: kafka_config() below
                 **BASE_CONFIG,
                 "acks": "all",
                 "enable.idempotence": True,

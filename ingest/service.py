@@ -35,7 +35,7 @@ from ingest.index import TERMINAL, ResultIndexer, TicketIndex
 from ingest.keys import TOKEN_RE, KeyCache, KeyRecord, KeyStore, digest
 from ingest.limits import Limit, Limits, LimitStore, Verdict
 from ingest.problems import Problem, ProblemError
-from ingest.producer import AckProducer, Failures
+from ingest.producer import AckProducer, Failures, kafka_config
 from ingest.redis_mux import MuxRedis
 from ingest.settings import IngestSettings
 from ingest.tickets import Accepted, Rejected, Submission
@@ -118,9 +118,7 @@ class IngestService:
         lock_s = 2 * settings.produce_timeout_s + 30
         self.idempotency = IdempotencyStore(self.redis, prefix, settings.idempotency_ttl_s, lock_s)
         self.index = TicketIndex(self.redis, prefix, settings.ticket_ttl_s)
-        self.producer = producer or AckProducer(
-            settings.kafka_bootstrap, settings.produce_timeout_s
-        )
+        self.producer = producer or AckProducer(kafka_config(settings), settings.produce_timeout_s)
         self.indexer: ResultIndexer | None = None
         self._http: aiohttp.ClientSession | None = None
 
@@ -131,7 +129,7 @@ class IngestService:
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.5))
         if self.settings.index_results:
             self.indexer = ResultIndexer(
-                self.settings.kafka_bootstrap,
+                kafka_config(self.settings),
                 self.topics,
                 self.settings.redis_url.get_secret_value(),
                 self.settings.redis_prefix,

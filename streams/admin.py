@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from streams.kafka_config import confluent_config
 from streams.settings import Settings
 from streams.topics import AUDIT_RETENTION_MS, DLQ_MAX_MESSAGE_BYTES, Topics
 
@@ -30,7 +31,7 @@ def pipeline_topics(topics: Topics, steps: Iterable[str], routes: Iterable[str])
 
 def ensure_topics(settings: Settings, wanted: dict[str, dict], timeout_s: float = 30) -> list[str]:
     """Create the topics that do not exist yet; return the names created."""
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = AdminClient(confluent_config(settings))
     existing = set(admin.list_topics(timeout=timeout_s).topics)
     new = [
         NewTopic(name, num_partitions=settings.partitions, replication_factor=1, config=cfg)
@@ -50,7 +51,7 @@ def ensure_topics(settings: Settings, wanted: dict[str, dict], timeout_s: float 
 
 def delete_prefixed(settings: Settings, topic_prefix: str, group_prefix: str) -> None:
     """Delete the topics and consumer groups a run left behind (benchmarks, tests)."""
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = AdminClient(confluent_config(settings))
     topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(topic_prefix)]
     if topics:
         admin.delete_topics(topics)
@@ -64,7 +65,7 @@ def topic_size(settings: Settings, topic: str) -> int:
     """Records in `topic` now (high minus low watermark, summed); 0 if it does not exist."""
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "ticketflow-size"})
+    c = Consumer(confluent_config(settings, {"group.id": "ticketflow-size"}))
     try:
         meta = c.list_topics(topic, timeout=10).topics.get(topic)
         if meta is None or meta.error is not None:

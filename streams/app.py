@@ -8,6 +8,7 @@ from typing import Any
 import faust
 
 from streams import faust_adapter
+from streams.kafka_config import faust_credentials
 from streams.settings import Settings
 
 # how long a fetch may wait on the broker for data (Faust hard-codes 1500 ms): a partition
@@ -40,6 +41,7 @@ def tune_gc() -> None:
 def create_app(settings: Settings, app_id: str = "ticketflow", **overrides: Any) -> faust.App:
     options: dict[str, Any] = {
         "broker": f"kafka://{settings.kafka_bootstrap}",
+        "broker_credentials": faust_credentials(settings),
         # tables live in memory and are rebuilt from their changelog topics on start
         "store": "memory://",
         "topic_partitions": settings.partitions,

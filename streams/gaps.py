@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import faust
@@ -271,9 +271,9 @@ class KafkaProbe:
     """
 
     def __init__(
-        self, bootstrap: str, group_id: str, isolation_level: str = "read_uncommitted"
+        self, kafka: Mapping[str, Any], group_id: str, isolation_level: str = "read_uncommitted"
     ) -> None:
-        self._bootstrap = bootstrap
+        self._kafka = kafka  # streams/kafka_config.aiokafka_kwargs
         self._group_id = group_id
         self._isolation_level = isolation_level
         self._consumer: AIOKafkaConsumer | None = None
@@ -303,7 +303,7 @@ class KafkaProbe:
     async def _started(self) -> AIOKafkaConsumer:
         if self._consumer is None:
             self._consumer = AIOKafkaConsumer(
-                bootstrap_servers=self._bootstrap,
+                **self._kafka,
                 group_id=self._group_id,
                 enable_auto_commit=False,
                 isolation_level=self._isolation_level,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -40,10 +40,10 @@ BASE_CONFIG: dict[str, Any] = {
 
 
 class AsyncProducer:
-    def __init__(self, bootstrap: str, **config: Any) -> None:
+    def __init__(self, kafka: Mapping[str, Any], **config: Any) -> None:
         self._producer = Producer(
             {
-                "bootstrap.servers": bootstrap,
+                **kafka,  # bootstrap and security (streams/kafka_config.py)
                 **BASE_CONFIG,
                 # a Python callback per delivered record takes the GIL from the event loop
                 # thousands of times a second; only failures need one (drain() reads them)
@@ -126,11 +126,11 @@ class TransactionalProducer:
     Blocking calls run in a thread so the event loop keeps serving other partitions.
     """
 
-    def __init__(self, bootstrap: str, transactional_id: str, **config: Any) -> None:
+    def __init__(self, kafka: Mapping[str, Any], transactional_id: str, **config: Any) -> None:
         self.transactional_id = transactional_id
         self._producer = Producer(
             {
-                "bootstrap.servers": bootstrap,
+                **kafka,
                 **BASE_CONFIG,
                 "transactional.id": transactional_id,
                 "transaction.timeout.ms": 30_000,

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlparse
 
-from pydantic import Field
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +49,35 @@ class Settings(BaseSettings):
     workflow_file: Path = REPO_ROOT / "agents" / "workflows" / "ticket_classify.yaml"
     # Kafka controller port of the local single-node KRaft stack
     kafka_controller_port: int = 9093
+
+    # ---- Kafka security (DESIGN.md "Security"; docs/security.md) -----------------------------
+    # streams/kafka_config.py is the one place that turns these into client configurations
+    kafka_security_protocol: Literal["PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    kafka_sasl_mechanism: Literal["SCRAM-SHA-512"] = "SCRAM-SHA-512"
+    kafka_username: str | None = None
+    # SecretStr: a repr, a log line or a traceback shows '**********'
+    kafka_password: SecretStr | None = None
+    # read when no password is given (a mounted Kubernetes secret, the stack's 0600 files)
+    kafka_password_file: Path | None = None
+    # the CA that signed the brokers' certificates; unset: the system's trust store
+    kafka_ca_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _kafka_security_complete(self) -> Settings:
+        # refused here, not at the first connection, where librdkafka only retries forever
+        if self.kafka_security_protocol == "SASL_SSL":
+            if not self.kafka_username:
+                raise ValueError(
+                    "TICKETFLOW_KAFKA_SECURITY_PROTOCOL=SASL_SSL needs TICKETFLOW_KAFKA_USERNAME"
+                )
+            if self.kafka_password is None and self.kafka_password_file is None:
+                raise ValueError(
+                    "TICKETFLOW_KAFKA_SECURITY_PROTOCOL=SASL_SSL needs TICKETFLOW_KAFKA_PASSWORD "
+                    "or TICKETFLOW_KAFKA_PASSWORD_FILE"
+                )
+        return self
+
+    # ---- end of Kafka security ----------------------------------------------------------------
 
     @property
     def kafka_host_port(self) -> tuple[str, int]:

@@ -25,7 +25,7 @@ import json
 import statistics
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ from ingest.limits import Limit, Limits, LimitStore
 from ingest.service import redis_client
 from ingest.settings import IngestSettings
 from streams.admin import delete_prefixed, ensure_topics
+from streams.kafka_config import confluent_config
 from streams.producer import BASE_CONFIG
 from streams.topics import Topics
 from ticketflow import services
@@ -92,20 +93,18 @@ def tickets(n: int, tag: str) -> list[tuple[str, bytes]]:
 # ---- the bare producer -------------------------------------------------------------------------
 
 
-def _producer(bootstrap: str, topic: str) -> Producer:
+def _producer(kafka: Mapping[str, Any], topic: str) -> Producer:
     """Ingest's producer configuration, connected and with its producer id: the first
     record waits half a second for both, which is no part of any rate."""
-    p = Producer(
-        {"bootstrap.servers": bootstrap, **BASE_CONFIG, "acks": "all", "enable.idempotence": True}
-    )
+    p = Producer({**kafka, **BASE_CONFIG, "acks": "all", "enable.idempotence": True})
     p.produce(topic, key=b"warm-up", value=tickets(1, "warm-up")[0][1])
     assert p.flush(30) == 0, "the bare producer could not deliver"
     return p
 
 
-def bare_async(bootstrap: str, topic: str, records: list[tuple[str, bytes]]) -> Figure:
+def bare_async(kafka: Mapping[str, Any], topic: str, records: list[tuple[str, bytes]]) -> Figure:
     """Every record produced at once, then one flush: the broker's ceiling."""
-    p = _producer(bootstrap, topic)
+    p = _producer(kafka, topic)
     start = time.perf_counter()
     for key, value in records:
         while True:
@@ -121,11 +120,15 @@ def bare_async(bootstrap: str, topic: str, records: list[tuple[str, bytes]]) -> 
 
 
 def bare_acked(
-    bootstrap: str, topic: str, records: list[tuple[str, bytes]], size: int, in_flight: int
+    kafka: Mapping[str, Any],
+    topic: str,
+    records: list[tuple[str, bytes]],
+    size: int,
+    in_flight: int,
 ) -> Figure:
     """Groups of `size` records, `in_flight` groups at a time, each waiting for all its acks:
     what ingest's clients do, on the producer alone."""
-    p = _producer(bootstrap, topic)
+    p = _producer(kafka, topic)
     groups = [records[i : i + size] for i in range(0, len(records), size)]
     latencies: list[float] = []
     state = {"open": 0}
@@ -353,12 +356,13 @@ def bench_ingest(
     }
     single_records = tickets(singles, f"{run}-s")
     batch_records = tickets(batches * BATCH, f"{run}-b")
+    kafka = confluent_config(shared)
     try:
-        bare_async(shared.kafka_bootstrap, topic, tickets(WARM_UP, f"{run}-w"))  # warm-up
+        bare_async(kafka, topic, tickets(WARM_UP, f"{run}-w"))  # warm-up
         bare = [
-            bare_async(shared.kafka_bootstrap, topic, single_records + batch_records),
-            bare_acked(shared.kafka_bootstrap, topic, single_records, 1, concurrency),
-            bare_acked(shared.kafka_bootstrap, topic, batch_records, BATCH, BATCH_CONCURRENCY),
+            bare_async(kafka, topic, single_records + batch_records),
+            bare_acked(kafka, topic, single_records, 1, concurrency),
+            bare_acked(kafka, topic, batch_records, BATCH, BATCH_CONCURRENCY),
         ]
         token = asyncio.run(_key(settings))
         service = services.start("ingest", ["ingest"], shared, env, log_name=f"bench-ingest-{run}")

@@ -207,6 +207,17 @@ class GatewayCalls:
 # ---- the application ----------------------------------------------------------------------------
 
 
+def _broker(settings: Any) -> Any:
+    """quix's broker address: the bootstrap string, or its ConnectionConfig when secured."""
+    if settings.kafka_security_protocol == "PLAINTEXT":
+        return settings.kafka_bootstrap
+    from quixstreams.kafka.configuration import ConnectionConfig
+
+    from streams.kafka_config import confluent_config
+
+    return ConnectionConfig.from_librdkafka_dict(dict(confluent_config(settings)))
+
+
 def build_app(args: argparse.Namespace) -> Any:
     """The quix Application with one stateful StreamingDataFrame per step."""
     from quixstreams import Application
@@ -217,7 +228,7 @@ def build_app(args: argparse.Namespace) -> Any:
 
     settings = get_settings()
     app = Application(
-        broker_address=settings.kafka_bootstrap,
+        broker_address=_broker(settings),
         consumer_group=args.group,
         # fresh topics: the tickets published before this app joined are its to process
         auto_offset_reset="earliest",

@@ -47,6 +47,7 @@ from rich.table import Table
 from agents.definition import load_definition
 from inference_gateway.model.corpus import generate
 from streams.admin import delete_prefixed, ensure_topics, topic_size
+from streams.kafka_config import aiokafka_kwargs
 from streams.settings import REPO_ROOT, Settings
 from streams.topics import Topics
 from ticketflow import services
@@ -112,7 +113,7 @@ async def _results_consumer(settings: Settings, sinks: list[str]) -> AIOKafkaCon
     """A read_committed consumer of `sinks`, assigned and at their end."""
     consumer = AIOKafkaConsumer(
         *sinks,
-        bootstrap_servers=settings.kafka_bootstrap,
+        **aiokafka_kwargs(settings),
         group_id=f"bench-{uuid.uuid4().hex[:6]}",
         auto_offset_reset="latest",
         isolation_level="read_committed",
@@ -164,7 +165,7 @@ async def _run_load(
     seconds `cpu` (the variant's clock) moved while the records went through (nan: none).
     """
     consumer = await _results_consumer(settings, sinks)
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, linger_ms=2)
+    producer = AIOKafkaProducer(**aiokafka_kwargs(settings), linger_ms=2)
     await producer.start()
     # read after the results consumer has joined, so only the records' own work counts
     cpu_before = cpu() if cpu else float("nan")
@@ -458,7 +459,7 @@ async def _recovery(
     results flow again, and how fast its table came back from the changelog."""
     topics = Topics(worker_settings.topic_prefix)
     consumer = await _results_consumer(settings, sinks)
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, linger_ms=2)
+    producer = AIOKafkaProducer(**aiokafka_kwargs(settings), linger_ms=2)
     await producer.start()
     records = _tickets(int(rate * 40) + 100, f"{run}-rec")
     stop = asyncio.Event()

@@ -24,6 +24,7 @@ from feature_jobs.views import VIEWS
 from inference_gateway.client import GatewayClient
 from schemas.gateway import PredictInput
 from schemas.tickets import Category, Context, Prediction
+from streams.kafka_config import aiokafka_kwargs
 from streams.settings import Settings, get_settings
 
 # Fresh topics each run: this process may join after the bench's first warm-up tickets were
@@ -33,13 +34,13 @@ OFFSET_RESET = "earliest"
 
 async def relay(settings: Settings, topics: list[str], stop: asyncio.Event) -> None:
     """(a): each hop copies its topic to the next, doing no work."""
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, linger_ms=1)
+    producer = AIOKafkaProducer(**aiokafka_kwargs(settings), linger_ms=1)
     await producer.start()
     consumers = []
     for src, dst in itertools.pairwise(topics):
         c = AIOKafkaConsumer(
             src,
-            bootstrap_servers=settings.kafka_bootstrap,
+            **aiokafka_kwargs(settings),
             group_id=f"relay-{src}",
             auto_offset_reset=OFFSET_RESET,
         )
@@ -64,11 +65,11 @@ async def naive(settings: Settings, source: str, sink: str, stop: asyncio.Event)
     """(b): one consumer doing every step in one function, one gateway call per ticket."""
     consumer = AIOKafkaConsumer(
         source,
-        bootstrap_servers=settings.kafka_bootstrap,
+        **aiokafka_kwargs(settings),
         group_id=f"naive-{source}",
         auto_offset_reset=OFFSET_RESET,
     )
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    producer = AIOKafkaProducer(**aiokafka_kwargs(settings))
     reader = OnlineFeatureReader(settings.redis_url, VIEWS)
     gateway = GatewayClient(settings.gateway_url)
     await consumer.start()

@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -36,6 +36,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from rich.console import Console
 
 from streams.admin import delete_prefixed
+from streams.kafka_config import confluent_config
 from streams.settings import Settings
 from streams.topics import Topics
 from ticketflow import services, stack
@@ -387,7 +388,7 @@ class Traffic(threading.Thread):
 
     def __init__(
         self,
-        bootstrap: str,
+        kafka: Mapping[str, Any],
         topic: str,
         tag: str,
         rate: float,
@@ -397,7 +398,7 @@ class Traffic(threading.Thread):
         super().__init__(name=f"chaos-traffic-{tag}", daemon=True)
         # defaults as a user's client would have them: no idempotence, librdkafka's partitioner
         # log_level 0: librdkafka's reconnect lines through a broker outage are expected
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 0})
+        self.producer = Producer({**kafka, "linger.ms": 5, "log_level": 0})
         self.topic, self.tag, self.rate, self.texts = topic, tag, rate, texts
         self.pending = list(hostile)
         self.sent: list[str] = []
@@ -478,11 +479,11 @@ class Watcher(threading.Thread):
     Partitions are assigned, not subscribed: no group to rejoin after a broker restart.
     """
 
-    def __init__(self, bootstrap: str, topics: Sequence[str]) -> None:
+    def __init__(self, kafka: Mapping[str, Any], topics: Sequence[str]) -> None:
         super().__init__(name="chaos-watcher", daemon=True)
         self.consumer = Consumer(
             {
-                "bootstrap.servers": bootstrap,
+                **kafka,
                 "group.id": f"chaos-watch-{uuid.uuid4().hex[:8]}",
                 "isolation.level": "read_committed",
                 "enable.auto.commit": False,
@@ -523,13 +524,13 @@ class Watcher(threading.Thread):
 
 
 def locate(
-    bootstrap: str, prefix: str, keys: set[str], timeout_s: float = 60
+    kafka: Mapping[str, Any], prefix: str, keys: set[str], timeout_s: float = 60
 ) -> dict[str, dict[str, int]]:
     """How many records keyed by each of `keys` every topic under `prefix` holds (read
     uncommitted, so an aborted result counts too): where a lost ticket got to."""
     c = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **kafka,
             "group.id": f"chaos-locate-{uuid.uuid4().hex[:8]}",
             "isolation.level": "read_uncommitted",
             "enable.auto.commit": False,
@@ -797,10 +798,10 @@ class Campaign:
         try:
             _spawn_all(self.workers, self.o.ready_s)
             topics = Topics(prefix)
-            watcher = Watcher(rs.kafka_bootstrap, _watched(topics))
+            watcher = Watcher(confluent_config(rs), _watched(topics))
             watcher.start()
             traffic = Traffic(
-                rs.kafka_bootstrap, topics.tickets_in, f"r{plan.index}", self.o.rate,
+                confluent_config(rs), topics.tickets_in, f"r{plan.index}", self.o.rate,
                 plan.hostile, _texts(plan.seed),
             )  # fmt: skip
             self.t0 = time.time()
@@ -953,7 +954,7 @@ class Campaign:
         for f in report.faults:
             _flow_figures(f, times, self.t0, self.published_until)
         if lost:
-            report.where_lost = locate(rs.kafka_bootstrap, rs.topic_prefix, set(tally.lost[:3]))
+            report.where_lost = locate(confluent_config(rs), rs.topic_prefix, set(tally.lost[:3]))
 
 
 def _flow_figures(f: FaultRecord, times: Sequence[float], t0: float, until: float) -> None:

@@ -21,6 +21,7 @@ from rich.table import Table
 from feature_jobs import cli as features_cli
 from inference_gateway import cli as gateway_cli
 from ingest import cli as ingest_cli
+from streams.kafka_config import confluent_config
 from streams.settings import Settings, get_settings
 from streams.topics import Topics
 
@@ -181,7 +182,7 @@ def produce(file: Annotated[str, typer.Argument(help="JSON lines file, or - for 
                 key = None  # still published: validate dead-letters it with its class
             yield key, line
 
-    n = produce_all(s.kafka_bootstrap, Topics(s.topic_prefix).tickets_in, records())
+    n = produce_all(confluent_config(s), Topics(s.topic_prefix).tickets_in, records())
     console.print(f"published {n} record(s) to {Topics(s.topic_prefix).tickets_in}")
 
 
@@ -195,7 +196,7 @@ def consume(
 
     s = _settings()
     topic = Topics(s.topic_prefix).out(route)
-    records = kafka_io.follow(s.kafka_bootstrap, [topic], idle_s=None if follow else 2.0)
+    records = kafka_io.follow(confluent_config(s), [topic], idle_s=None if follow else 2.0)
     for rec in records:
         sys.stdout.write((rec.value or b"").decode("utf-8", "replace") + "\n")
         sys.stdout.flush()
@@ -240,7 +241,7 @@ def _dead_letters(error_class: str | None, step: str | None, since: datetime | N
     from ticketflow import kafka_io
 
     s = _settings()
-    for rec in kafka_io.read_topic(s.kafka_bootstrap, Topics(s.topic_prefix).dlq):
+    for rec in kafka_io.read_topic(confluent_config(s), Topics(s.topic_prefix).dlq):
         h = rec.headers
         if error_class and h.get("x-dlq-error-class") != error_class:
             continue
@@ -384,7 +385,7 @@ def review_decide(
     from confluent_kafka import Producer
 
     s = _settings()
-    producer = Producer({"bootstrap.servers": s.kafka_bootstrap, **BASE_CONFIG})
+    producer = Producer(confluent_config(s, BASE_CONFIG))
     producer.produce(
         Topics(s.topic_prefix).review_decisions,
         key=ticket_id.encode(),

@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from inference_gateway.model.corpus import generate
+from streams.kafka_config import confluent_config
 from streams.settings import Settings
 from streams.topics import Topics
 from ticketflow import kafka_io, services, stack
@@ -70,7 +71,7 @@ def _publish_and_watch(settings: Settings, count: int) -> None:
     tickets = sample_tickets(count, run)
     records = [(t["ticket_id"].encode(), orjson.dumps(t)) for t in tickets]
     records += [(f"demo-{run}-bad-{i}".encode(), raw) for i, raw in enumerate(MALFORMED)]
-    kafka_io.produce_all(settings.kafka_bootstrap, topics.tickets_in, records)
+    kafka_io.produce_all(confluent_config(settings), topics.tickets_in, records)
     console.print(
         f"published {count} tickets and {len(MALFORMED)} malformed records to {topics.tickets_in}"
     )
@@ -86,7 +87,7 @@ def _watch(settings: Settings, topics: Topics, run: str, count: int) -> list[dic
         task = bar.add_task("results", total=count)
         deadline = time.monotonic() + 180
         for rec in kafka_io.follow(
-            settings.kafka_bootstrap, [topics.out(r) for r in routes], idle_s=30
+            confluent_config(settings), [topics.out(r) for r in routes], idle_s=30
         ):
             result = orjson.loads(rec.value or b"{}")
             if str(result.get("ticket_id", "")).startswith(f"demo-{run}-"):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
@@ -21,20 +22,27 @@ class Record:
     timestamp_ms: int
 
 
-def producer(bootstrap: str, **config: object) -> Producer:
-    return Producer(
-        {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True, **config}
-    )
+# what every function here takes as `kafka`: streams.kafka_config.confluent_config(settings),
+# or a bare bootstrap string for a PLAINTEXT broker
+Kafka = str | Mapping[str, Any]
+
+
+def _base(kafka: Kafka) -> dict[str, Any]:
+    return {"bootstrap.servers": kafka} if isinstance(kafka, str) else dict(kafka)
+
+
+def producer(kafka: Kafka, **config: object) -> Producer:
+    return Producer({**_base(kafka), "linger.ms": 5, "enable.idempotence": True, **config})
 
 
 def produce_all(
-    bootstrap: str,
+    kafka: Kafka,
     topic: str,
     records: Iterable[tuple[bytes | None, bytes]],
     rate: float | None = None,
 ) -> int:
     """Publish every record (at most `rate` a second when given) and wait for delivery."""
-    p = producer(bootstrap)
+    p = producer(kafka)
     n, start = 0, time.monotonic()
     for key, value in records:
         if rate and (ahead := n / rate - (time.monotonic() - start)) > 0:
@@ -52,10 +60,10 @@ def produce_all(
     return n
 
 
-def consumer(bootstrap: str, group: str | None = None, **config: object) -> Consumer:
+def consumer(kafka: Kafka, group: str | None = None, **config: object) -> Consumer:
     return Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **_base(kafka),
             "group.id": group or f"ticketflow-cli-{uuid.uuid4().hex[:8]}",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
@@ -69,9 +77,9 @@ def _decode_headers(headers: list[tuple[str, bytes]] | None) -> dict[str, str]:
     return {k: (v or b"").decode("utf-8", "replace") for k, v in headers or []}
 
 
-def read_topic(bootstrap: str, topic: str, idle_s: float = 1.0) -> Iterator[Record]:
+def read_topic(kafka: Kafka, topic: str, idle_s: float = 1.0) -> Iterator[Record]:
     """Every record of `topic` from the beginning until it has been idle for `idle_s`."""
-    c = consumer(bootstrap)
+    c = consumer(kafka)
     meta = c.list_topics(topic, timeout=10).topics.get(topic)
     if meta is None or meta.error is not None:
         c.close()
@@ -80,9 +88,9 @@ def read_topic(bootstrap: str, topic: str, idle_s: float = 1.0) -> Iterator[Reco
     yield from _drain(c, idle_s)
 
 
-def follow(bootstrap: str, topics: list[str], idle_s: float | None = None) -> Iterator[Record]:
+def follow(kafka: Kafka, topics: list[str], idle_s: float | None = None) -> Iterator[Record]:
     """Records of `topics` from the beginning, following new ones (until idle, if given)."""
-    c = consumer(bootstrap)
+    c = consumer(kafka)
     c.subscribe(topics)
     yield from _drain(c, idle_s)
 

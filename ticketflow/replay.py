@@ -36,6 +36,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from agents.definition import load_definition, load_earlier_versions
 from streams.admin import RETRY_TIERS_MS
 from streams.headers import DLQ_PREFIX, REPLAY_COUNT, replay_count
+from streams.kafka_config import confluent_config
 from streams.producer import BASE_CONFIG
 from streams.settings import Settings
 from streams.topics import Topics
@@ -306,15 +307,17 @@ def replay(
     """Replay the matching dead letters on the DLQ now (at most `rate` a second)."""
     routes = Routes.of(settings)
     consumer = Consumer(
-        {
-            "bootstrap.servers": settings.kafka_bootstrap,
-            "group.id": f"{settings.topic_prefix}{GROUP}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-        }
+        confluent_config(
+            settings,
+            {
+                "group.id": f"{settings.topic_prefix}{GROUP}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+            },
+        )
     )
-    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, **BASE_CONFIG})
+    producer = Producer(confluent_config(settings, BASE_CONFIG))
     try:
         ledgers = _ledgers(consumer, routes.topics.dlq, from_beginning)
         run = _Run(routes, filters, ledgers, producer, dry_run, from_beginning, rate)

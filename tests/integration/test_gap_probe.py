@@ -11,6 +11,7 @@ from faust.types import TP
 
 from streams.admin import ensure_topics
 from streams.gaps import KafkaProbe
+from streams.kafka_config import aiokafka_kwargs
 from streams.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -37,7 +38,7 @@ def topic(live_stack: Settings) -> str:
 
 
 async def test_the_probe_steps_over_transaction_markers(live_stack: Settings, topic: str) -> None:
-    probe = KafkaProbe(live_stack.kafka_bootstrap, f"g-{topic}", "read_uncommitted")
+    probe = KafkaProbe(aiokafka_kwargs(live_stack), f"g-{topic}", "read_uncommitted")
     tp = TP(topic, 0)
     try:
         assert await probe.next_record(tp, 1) == 1
@@ -50,7 +51,7 @@ async def test_the_probe_steps_over_transaction_markers(live_stack: Settings, to
 async def test_read_committed_probe_passes_over_aborted_records(
     live_stack: Settings, topic: str
 ) -> None:
-    probe = KafkaProbe(live_stack.kafka_bootstrap, f"g-{topic}", "read_committed")
+    probe = KafkaProbe(aiokafka_kwargs(live_stack), f"g-{topic}", "read_committed")
     try:
         assert await probe.next_record(TP(topic, 0), 2) == 5  # marker, aborted, marker
     finally:
@@ -61,7 +62,7 @@ async def test_the_head_is_the_groups_committed_offset_else_the_log_start(
     live_stack: Settings, topic: str
 ) -> None:
     group = f"g-{topic}"
-    probe = KafkaProbe(live_stack.kafka_bootstrap, group)
+    probe = KafkaProbe(aiokafka_kwargs(live_stack), group)
     tp = TP(topic, 0)
     try:
         assert await probe.head(tp) == 0  # nothing committed: where earliest reads from

@@ -92,7 +92,8 @@ def make(monkeypatch, owns=lambda p: True):
     monkeypatch.setattr(router_module, "RETRY_PAUSE_S", 0.0)
     FakeTxn.instances, FakeTxn.fail_next = [], 0
     states = FakeStates()
-    r = Router("b", "app-route", TOPICS, Topology(DEFINITION), states, FakeEmitter(), owns)
+    kafka = {"bootstrap.servers": "b"}
+    r = Router(kafka, "app-route", TOPICS, Topology(DEFINITION), states, FakeEmitter(), owns)
     return r, states
 
 

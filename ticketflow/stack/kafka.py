@@ -17,6 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
+from streams.kafka_config import confluent_config
 from streams.settings import Settings
 
 from .process import StackError, log_path, log_tail, logs_dir, port_open
@@ -377,7 +378,7 @@ def log_file(settings: Settings) -> Path:
 
 def _client_config(settings: Settings) -> dict[str, object]:
     # log_level 0: librdkafka's connection-refused chatter while probing is not ours to print
-    return {"bootstrap.servers": settings.kafka_bootstrap, "log_level": 0}
+    return confluent_config(settings, {"log_level": 0})
 
 
 def healthy(settings: Settings, timeout_s: float = 3.0) -> bool:
