@@ -49,36 +49,54 @@ def _settings() -> Settings:
 # ---- stack ----------------------------------------------------------------------------------
 
 
+SecureOpt = Annotated[
+    bool,
+    typer.Option(
+        "--secure",
+        help="the SASL_SSL broker (SCRAM-SHA-512, TLS, ACLs) on :9094 instead of the plain "
+        "one; docs/security.md",
+    ),
+]
+
+
 @stack_app.command("up")
-def stack_up() -> None:
+def stack_up(secure: SecureOpt = False) -> None:
     """Start Kafka, Redis and Triton (those not already running) and wait until healthy."""
     from ticketflow import stack
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        stack.up(_settings())
+        stack.up(_settings(), stack.SECURE_PARTS if secure else None)
     except stack.StackError as exc:
         console.print(f"[red]stack up failed:[/] {exc}")
         raise typer.Exit(1) from exc
-    stack_status()
+    if secure:
+        from ticketflow.stack import kafka_secure
+
+        where = kafka_secure.secrets_dir(_settings())
+        console.print(
+            f"secured Kafka: credentials in {where} (values not shown); a client as the worker "
+            f"principal: [bold]set -a; . {where}/worker.env; set +a[/]"
+        )
+    stack_status(secure)
 
 
 @stack_app.command("down")
-def stack_down() -> None:
+def stack_down(secure: SecureOpt = False) -> None:
     """Stop what `stack up` started."""
     from ticketflow import stack
 
-    stack.down(_settings())
+    stack.down(_settings(), stack.SECURE_PARTS if secure else None)
 
 
 @stack_app.command("status")
-def stack_status() -> None:
+def stack_status(secure: SecureOpt = False) -> None:
     """Health of each part of the local stack."""
     from ticketflow import stack
 
     table = Table("part", "health", "details")
     healthy = True
-    for part in stack.status(_settings()):
+    for part in stack.status(_settings(), secure=secure):
         info = vars(part) if hasattr(part, "__dict__") else dict(part._asdict())
         ok = bool(info.get("healthy", info.get("up", False)))
         healthy &= ok

@@ -19,7 +19,7 @@ from types import ModuleType
 
 from streams.settings import Settings
 
-from . import kafka, redis_server, triton
+from . import kafka, kafka_secure, redis_server, triton
 from .process import (
     PartStatus,
     PidRecord,
@@ -40,6 +40,7 @@ from .process import (
 
 __all__ = [
     "PARTS",
+    "SECURE_PARTS",
     "PartStatus",
     "StackError",
     "down",
@@ -54,7 +55,16 @@ __all__ = [
 
 # start order; `down` goes the other way
 PARTS: tuple[str, ...] = ("kafka", "redis", "triton")
-_MODULES: dict[str, ModuleType] = {"kafka": kafka, "redis": redis_server, "triton": triton}
+# `stack up --secure`: the SASL_SSL broker (docs/security.md) instead of the plain one; both
+# may run side by side, on their own ports and folders
+SECURE_PARTS: tuple[str, ...] = ("kafka-secure", "redis", "triton")
+_ORDER: tuple[str, ...] = ("kafka", "kafka-secure", "redis", "triton")
+_MODULES: dict[str, ModuleType] = {
+    "kafka": kafka,
+    "kafka-secure": kafka_secure,
+    "redis": redis_server,
+    "triton": triton,
+}
 
 log = logging.getLogger("ticketflow.stack")
 
@@ -63,7 +73,7 @@ def _module(name: str) -> ModuleType:
     try:
         return _MODULES[name]
     except KeyError:
-        raise StackError(f"unknown stack part {name!r}; parts are {', '.join(PARTS)}") from None
+        raise StackError(f"unknown stack part {name!r}; parts are {', '.join(_ORDER)}") from None
 
 
 def _select(parts: Iterable[str] | None) -> list[str]:
@@ -72,7 +82,7 @@ def _select(parts: Iterable[str] | None) -> list[str]:
     wanted = {p.strip().lower() for p in parts if p.strip()}
     for name in wanted:
         _module(name)
-    return [p for p in PARTS if p in wanted]
+    return [p for p in _ORDER if p in wanted]
 
 
 # --- status ----------------------------------------------------------------------------------
@@ -98,8 +108,8 @@ def part_status(settings: Settings, name: str) -> PartStatus:
     )
 
 
-def status(settings: Settings) -> list[PartStatus]:
-    return [part_status(settings, name) for name in PARTS]
+def status(settings: Settings, *, secure: bool = False) -> list[PartStatus]:
+    return [part_status(settings, name) for name in (SECURE_PARTS if secure else PARTS)]
 
 
 # --- starting --------------------------------------------------------------------------------

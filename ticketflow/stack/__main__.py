@@ -9,7 +9,7 @@ import time
 
 from streams.settings import Settings
 
-from . import PARTS, StackError, down, format_status, status, up
+from . import PARTS, SECURE_PARTS, StackError, down, format_status, status, up
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,10 +17,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=("up", "down", "status", "fetch"))
     parser.add_argument("parts", nargs="*", metavar="PART", help=f"any of {', '.join(PARTS)}")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per part")
+    parser.add_argument("--secure", action="store_true", help="the SASL_SSL broker instead")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     settings = Settings()
-    parts = args.parts or None
+    parts = args.parts or (list(SECURE_PARTS) if args.secure else None)
     started = time.monotonic()
     try:
         if args.action == "fetch":  # set-up: Kafka's jars only, nothing started
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if args.action != "down":
-        print(format_status(status(settings)))
+        print(format_status(status(settings, secure=args.secure)))
     if args.action == "up":
         print(f"up took {time.monotonic() - started:.1f}s", file=sys.stderr)
     return 0

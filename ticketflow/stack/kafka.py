@@ -17,7 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
-from streams.kafka_config import confluent_config
+from streams.kafka_config import confluent_config, secure
 from streams.settings import Settings
 
 from .process import StackError, log_path, log_tail, logs_dir, port_open
@@ -47,11 +47,13 @@ log = logging.getLogger("ticketflow.stack")
 
 
 def kafka_dir(settings: Settings) -> Path:
-    return Path(settings.state_dir) / "kafka"
+    # the secured broker (kafka_secure.py) keeps its configuration and data apart
+    return Path(settings.state_dir) / ("kafka-secure" if secure(settings) else "kafka")
 
 
 def libs_dir(settings: Settings) -> Path:
-    return kafka_dir(settings) / "libs"
+    # one copy of the jars for both brokers
+    return Path(settings.state_dir) / "kafka" / "libs"
 
 
 def data_dir(settings: Settings) -> Path:
@@ -200,6 +202,17 @@ def server_properties(settings: Settings) -> dict[str, str]:
     }
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read (mode 0600 from its creation, never wider)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    tmp.replace(path)
+
+
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n")
 
@@ -327,7 +340,13 @@ def java_args(settings: Settings) -> list[str]:
 
 def write_config(settings: Settings) -> None:
     kafka_dir(settings).mkdir(parents=True, exist_ok=True)
-    properties_path(settings).write_text(render_properties(server_properties(settings)))
+    props = server_properties(settings)
+    if secure(settings):
+        from . import kafka_secure
+
+        props = kafka_secure.secure_properties(settings, props)
+    # 0600: the secured broker's file holds its inter-broker and keystore passwords
+    write_private(properties_path(settings), render_properties(props))
     log4j2_path(settings).write_text(log4j2_xml())
 
 
@@ -347,6 +366,10 @@ def ensure_formatted(settings: Settings) -> None:
         "-c",
         str(properties_path(settings)),
     ]
+    if secure(settings):
+        from . import kafka_secure
+
+        cmd += kafka_secure.scram_format_args(settings)
     log.info("kafka: formatting storage %s (cluster id %s)", data_dir(settings), cid)
     with fmt_log.open("ab") as fh:
         rc = subprocess.run(
