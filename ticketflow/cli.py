@@ -83,10 +83,10 @@ def stack_up(secure: SecureOpt = False) -> None:
 
 @stack_app.command("down")
 def stack_down(secure: SecureOpt = False) -> None:
-    """Stop what `stack up` started."""
+    """Stop what `stack up` started (with --secure: the secured broker alone)."""
     from ticketflow import stack
 
-    stack.down(_settings(), stack.SECURE_PARTS if secure else None)
+    stack.down(_settings(), ["kafka-secure"] if secure else None)
 
 
 @stack_app.command("status")

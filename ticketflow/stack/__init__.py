@@ -261,9 +261,10 @@ def signal_part(settings: Settings, name: str, sig: int) -> bool:
 def down(
     settings: Settings, parts: Iterable[str] | None = None, *, timeout_s: float | None = None
 ) -> list[str]:
-    """Stop the parts (default: all) that `up` started, in reverse order; returns their names."""
+    """Stop the parts (default: all, the secured broker too) that `up` started, in reverse
+    order; returns their names."""
     stopped = []
-    for name in reversed(_select(parts)):
+    for name in reversed(_select(parts) if parts is not None else list(_ORDER)):
         if stop_part(settings, name, timeout_s=timeout_s):
             stopped.append(name)
     return stopped
