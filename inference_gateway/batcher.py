@@ -394,7 +394,8 @@ class DynamicBatcher:
         except Exception as error:
             if not isinstance(error, GatewayError):
                 log.exception("batch of %s %s failed", self.model, self.version)
-                error = GatewayError(ErrorCode.INTERNAL, f"batch failed: {error!r}")
+                # the class only: the exception's text (logged above) is internals
+                error = GatewayError(ErrorCode.INTERNAL, f"batch failed ({type(error).__name__})")
             requests = _requests_of(batch)
             if error.retryable or len(requests) < 2:
                 for piece in batch:
@@ -424,7 +425,9 @@ class DynamicBatcher:
             raise
         except Exception as error:
             log.exception("inference call of %s %s failed", self.model, self.version)
-            raise GatewayError(ErrorCode.INTERNAL, f"inference failed: {error!r}") from error
+            raise GatewayError(
+                ErrorCode.INTERNAL, f"inference failed ({type(error).__name__})"
+            ) from error
         if len(scores) != len(texts):
             raise GatewayError(
                 ErrorCode.INTERNAL, f"{len(scores)} rows of scores for {len(texts)} inputs"

@@ -156,7 +156,11 @@ def gateway(triton_url: str, log: Path, **flags: int | str) -> Iterator[str]:
         "TICKETFLOW_GATEWAY_CACHE_SIZE": "0",
         "TICKETFLOW_GATEWAY_DEDUPE": "0",
         "TICKETFLOW_GATEWAY_ADMISSION": "0",
+        # the bench's own gateway on a loopback port: its load is the measurement, so
+        # neither a token nor the request cap may stand in its way
+        "TICKETFLOW_GATEWAY_MAX_CONCURRENT_REQUESTS": "4096",
     }
+    env.pop("TICKETFLOW_GATEWAY_TOKEN", None)
     with log.open("ab") as out:
         process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

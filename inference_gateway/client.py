@@ -7,6 +7,10 @@ Every failure is a `GatewayError(code, message, retryable)`: the error body the 
 TIMEOUT when no answer came in time, MODEL_UNAVAILABLE (retryable) when the gateway could
 not be reached. One `aiohttp.ClientSession` is kept for the client's life, so connections
 are pooled and kept alive between calls.
+
+With TICKETFLOW_GATEWAY_TOKEN set (or `token=`), every predict carries
+`Authorization: Bearer <token>`; a 401 is MODEL_UNAVAILABLE, not retryable (a retry would
+send the same token), so the infer step degrades the ticket instead of dead-lettering it.
 """
 
 from __future__ import annotations
@@ -18,9 +22,9 @@ from typing import Any
 
 import aiohttp
 import orjson
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
-from inference_gateway.config import DEFAULT_GATEWAY_URL
+from inference_gateway.config import DEFAULT_GATEWAY_URL, TOKEN_ENV, gateway_token
 from inference_gateway.errors import ErrorCode, GatewayError
 from schemas.gateway import ErrorResponse, PredictInput, PredictResponse
 
@@ -44,8 +48,10 @@ class GatewayClient:
         session: aiohttp.ClientSession | None = None,
         max_connections: int = 100,
         grace_ms: int = 50,
+        token: str | SecretStr | None = None,
     ) -> None:
-        """`base_url` defaults to TICKETFLOW_GATEWAY_URL; a given `session` is not closed here.
+        """`base_url` defaults to TICKETFLOW_GATEWAY_URL, `token` to TICKETFLOW_GATEWAY_TOKEN
+        (unset: no Authorization header); a given `session` is not closed here.
 
         `grace_ms`: how much longer than `timeout_ms` to wait for the gateway's answer, so its
         own TIMEOUT (which says where the time went) normally arrives before ours.
@@ -56,6 +62,9 @@ class GatewayClient:
         self._owns_session = session is None
         self._max_connections = max_connections
         self._grace_ms = grace_ms
+        if token is None:
+            token = gateway_token()
+        self._token = SecretStr(token) if isinstance(token, str) else token
 
     def _http(self) -> aiohttp.ClientSession:
         # created lazily: a ClientSession belongs to the event loop it is created on
@@ -102,6 +111,8 @@ class GatewayClient:
     ) -> tuple[int, bytes]:
         timeout = aiohttp.ClientTimeout(total=(timeout_ms + self._grace_ms) / 1000)
         all_headers = {"Content-Type": "application/json", **(headers or {})}
+        if self._token is not None:
+            all_headers["Authorization"] = f"Bearer {self._token.get_secret_value()}"
         url = self.base_url + path
         try:
             async with self._http().post(url, data=data, headers=all_headers, timeout=timeout) as r:
@@ -142,6 +153,12 @@ class GatewayClient:
 
 def error_from_response(status: int, body: bytes) -> GatewayError:
     """The `GatewayError` of an error answer: its body's, or one guessed from the status."""
+    if status in (401, 403):
+        return GatewayError(
+            ErrorCode.MODEL_UNAVAILABLE,
+            f"the gateway refused our credentials (HTTP {status}): check {TOKEN_ENV}",
+            retryable=False,
+        )
     try:
         error = ErrorResponse.model_validate(orjson.loads(body)).error
         return GatewayError(error.code, error.message, error.retryable)

@@ -6,11 +6,38 @@ caller decides what to do from `code` and `retryable` alone, never from exceptio
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from schemas.gateway import HTTP_STATUS, RETRYABLE, ErrorCode, ErrorResponse
 
-__all__ = ["ErrorCode", "GatewayError"]
+__all__ = ["ErrorCode", "GatewayError", "redact", "register_secret"]
+
+_SECRETS: set[str] = set()
+_CREDENTIALS = re.compile(
+    r"(?i)(\b(?:bearer|basic)\s+)[^\s,;'\"]+"  # an Authorization value
+    r"|(\b[a-z][a-z0-9+.-]*://)[^/\s:@]*:[^/\s@]*@"  # user:password@ in a URL
+    r"|(\b(?:password|passwd|token|secret)\s*[=:]\s*)[^\s,;'\"]+"
+)
+
+
+def register_secret(value: str) -> None:
+    """A value `redact` masks wherever it appears (the gateway's token)."""
+    if value:
+        _SECRETS.add(value)
+
+
+def redact(text: str) -> str:
+    """`text` for a log line: registered secrets and credential-looking values masked."""
+    for secret in _SECRETS:
+        text = text.replace(secret, "***")
+    return _CREDENTIALS.sub(_mask, text)
+
+
+def _mask(match: re.Match[str]) -> str:
+    if match.group(2):
+        return f"{match.group(2)}***@"
+    return f"{match.group(1) or match.group(3)}***"
 
 
 class GatewayError(Exception):

@@ -27,7 +27,8 @@ def triton_version(version: str) -> str:
     """Gateway version "vN" -> Triton's model_version "N"; anything else is INVALID_INPUT."""
     match = _VERSION.fullmatch(version)
     if match is None:
-        raise GatewayError(ErrorCode.INVALID_INPUT, f"version {version!r} is not of the form vN")
+        # the caller's string is not repeated: it may be anything, of any length
+        raise GatewayError(ErrorCode.INVALID_INPUT, "version is not of the form vN (v1, v2, ...)")
     return match.group(1)
 
 
@@ -114,7 +115,7 @@ class Router:
         config = self._configs.get(model)
         if config is None:
             known = ", ".join(self.models) or "none"
-            raise GatewayError(ErrorCode.INVALID_INPUT, f"unknown model {model!r} (known: {known})")
+            raise GatewayError(ErrorCode.INVALID_INPUT, f"unknown model (known: {known})")
         if requested is not None:
             triton_version(requested)
             return [requested] * len(input_ids)

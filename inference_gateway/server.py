@@ -8,12 +8,20 @@
 Errors are `{"error": {"code", "message", "retryable"}}` with the code's HTTP status. On
 SIGTERM the gateway drains: new predicts get 503 MODEL_UNAVAILABLE (retryable, so callers
 go elsewhere or retry), admitted ones finish, then it exits.
+
+Security (docs/inference.md, "Security"): with a token set, every route but the probes and
+/metrics needs `Authorization: Bearer <token>` (401 otherwise); a body over
+`max_body_bytes` is refused with 413 from its Content-Length, unread; more than
+`max_concurrent_requests` predicts at once get 503 with Retry-After at once; parsing and
+normalising a large request run in a thread, so the loop keeps answering; error bodies
+never repeat the caller's input nor Triton's words.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hmac
 import logging
 import signal
 from typing import Any
@@ -25,7 +33,7 @@ from pydantic import ValidationError
 
 from inference_gateway import metrics
 from inference_gateway.config import GatewayConfig
-from inference_gateway.errors import ErrorCode, GatewayError
+from inference_gateway.errors import ErrorCode, GatewayError, redact, register_secret
 from inference_gateway.routing import Router
 from inference_gateway.routing_watch import RoutingWatcher, routing_topic
 from inference_gateway.service import InferenceBackend, InferenceService
@@ -36,8 +44,25 @@ log = logging.getLogger(__name__)
 
 SERVICE = web.AppKey("service", InferenceService)
 
+
+class _RequestLimit:
+    """Predicts being read, parsed or served; past `limit`, the next is refused at once."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.active = 0
+
+
+LIMIT = web.AppKey("request_limit", _RequestLimit)
+
 # the most validation errors named in one INVALID_INPUT message
 _MAX_FIELD_ERRORS = 5
+# bodies up to this size are parsed on the loop: a thread hand-off costs more than they do
+_INLINE_BODY_BYTES = 64 * 1024
+# answered without a token, so orchestrators and Prometheus need no secret; they carry no
+# ticket data (docs/inference.md, "Security")
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+RETRY_AFTER_S = 1
 
 
 def create_app(
@@ -47,8 +72,13 @@ def create_app(
 ) -> web.Application:
     """The aiohttp application; `backend` defaults to a `TritonClient` at `config.triton_url`."""
     service = InferenceService(backend or TritonClient(config.triton_url), config, router)
-    app = web.Application(client_max_size=config.max_body_bytes)
+    middlewares = []
+    if config.token is not None:
+        register_secret(config.token.get_secret_value())
+        middlewares.append(_bearer_auth(config.token.get_secret_value()))
+    app = web.Application(client_max_size=config.max_body_bytes, middlewares=middlewares)
     app[SERVICE] = service
+    app[LIMIT] = _RequestLimit(config.max_concurrent_requests)
     app.router.add_post("/v1/models/{model}/predict", predict)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
@@ -61,48 +91,120 @@ async def _close_service(app: web.Application) -> None:
     await app[SERVICE].close()
 
 
-def json_response(payload: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(payload), status=status, content_type="application/json")
+def json_response(
+    payload: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(payload), status=status, content_type="application/json", headers=headers
+    )
 
 
-def error_response(error: GatewayError) -> web.Response:
-    return json_response(error.to_body(), status=error.http_status)
+def error_response(
+    error: GatewayError, status: int | None = None, headers: dict[str, str] | None = None
+) -> web.Response:
+    return json_response(error.to_body(), status=status or error.http_status, headers=headers)
+
+
+def _bearer_auth(token: str) -> Any:
+    expected = token.encode("utf-8")
+
+    @web.middleware
+    async def bearer_auth(request: web.Request, handler: Any) -> web.StreamResponse:
+        header = request.headers.get("Authorization")
+        if request.path in OPEN_PATHS or _authorized(header, expected):
+            return await handler(request)
+        # the body is never read: an unauthenticated caller costs no parsing
+        body = {
+            "error": {
+                "code": "UNAUTHORIZED",
+                "message": "missing or invalid bearer token",
+                "retryable": False,
+            }
+        }
+        headers = {"WWW-Authenticate": 'Bearer realm="ticketflow-gateway"'}
+        return json_response(body, status=401, headers=headers)
+
+    return bearer_auth
+
+
+def _authorized(header: str | None, expected: bytes) -> bool:
+    scheme, _, credentials = (header or "").strip().partition(" ")
+    given = credentials.strip().encode("utf-8", "replace")
+    # compare_digest's time depends only on the lengths, never on where the bytes differ
+    return scheme.lower() == "bearer" and hmac.compare_digest(given, expected)
 
 
 async def predict(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
+    limit = request.app[LIMIT]
     model = request.match_info["model"]
     # only known names become label values: a caller must not grow the metric without bound
     label = model if model in service.router.models else "unknown"
+    if limit.active >= limit.limit:
+        metrics.REQUESTS.labels(label, "concurrency_limit").inc()
+        error = GatewayError(
+            ErrorCode.MODEL_UNAVAILABLE,
+            f"the gateway is serving its limit of {limit.limit} requests; retry shortly",
+        )
+        return error_response(error, headers={"Retry-After": str(RETRY_AFTER_S)})
+    limit.active += 1
     try:
-        payload = await service.predict(model, parse_predict(await _read_body(request)))
+        return await _predict(request, service, model, label)
+    finally:
+        limit.active -= 1
+
+
+async def _predict(
+    request: web.Request, service: InferenceService, model: str, label: str
+) -> web.Response:
+    try:
+        body = await _read_body(request, service.config.max_body_bytes)
+        if len(body) <= _INLINE_BODY_BYTES:
+            parsed = parse_predict(body)
+        else:
+            parsed = await asyncio.to_thread(parse_predict, body)
+        payload = await service.predict(model, parsed)
+    except BodyTooLarge as error:
+        metrics.REQUESTS.labels(label, error.code.value).inc()
+        return error_response(error, status=413)
     except GatewayError as error:
         metrics.REQUESTS.labels(label, error.code.value).inc()
         return error_response(error)
-    except Exception:
-        log.exception("predict for %s failed", model)
+    except Exception as error:
+        log.error("predict for %s failed: %s", label, redact(repr(error)))
         metrics.REQUESTS.labels(label, ErrorCode.INTERNAL.value).inc()
         return error_response(GatewayError(ErrorCode.INTERNAL, "unexpected gateway error"))
     metrics.REQUESTS.labels(label, "ok").inc()
     return json_response(payload)
 
 
-async def _read_body(request: web.Request) -> bytes:
+class BodyTooLarge(GatewayError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            ErrorCode.INVALID_INPUT,
+            f"request body larger than {limit} bytes (the largest legal batch); "
+            "send fewer inputs per request",
+        )
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes:
+    # refused from its declared length, before a byte of it is read or buffered
+    if request.content_length is not None and request.content_length > limit:
+        raise BodyTooLarge(limit)
     try:
-        return await request.read()
-    except web.HTTPRequestEntityTooLarge as error:
-        raise GatewayError(
-            ErrorCode.INVALID_INPUT, f"request body too large: {error.text}"
-        ) from None
+        return await request.read()  # a chunked body stops at client_max_size
+    except web.HTTPRequestEntityTooLarge:
+        raise BodyTooLarge(limit) from None
 
 
 def parse_predict(body: bytes) -> PredictRequest:
-    """The request, or INVALID_INPUT naming the offending fields (never echoing the text)."""
+    """The request, or INVALID_INPUT naming the offending fields (never echoing the input:
+    neither values nor the names of fields the schema does not know)."""
     try:
         return PredictRequest.model_validate_json(body)
     except ValidationError as error:
         problems = [
-            f"{'.'.join(str(part) for part in e['loc']) or 'body'}: {e['msg']}"
+            f"{_location(e['loc'], e['type'])}: {e['msg']}"
             for e in error.errors(include_url=False, include_input=False)
         ]
         more = len(problems) - _MAX_FIELD_ERRORS
@@ -110,6 +212,14 @@ def parse_predict(body: bytes) -> PredictRequest:
             f"; and {more} more" if more > 0 else ""
         )
         raise GatewayError(ErrorCode.INVALID_INPUT, message) from None
+
+
+def _location(loc: tuple[Any, ...], kind: str) -> str:
+    # an unknown field's name is the caller's text (any length, any bytes): say which object
+    # it was in, not what it was called
+    if kind == "extra_forbidden" and loc:
+        loc = (*loc[:-1], "<unknown field>")
+    return ".".join(str(part) for part in loc) or "body"
 
 
 async def healthz(request: web.Request) -> web.Response:

@@ -150,7 +150,7 @@ class InferenceService:
         groups = version_groups(self.router.choose_each(model, ids, request.version))
         timeout_ms = request.timeout_ms or self.config.default_timeout_ms
         deadline = time.monotonic() + timeout_ms / 1000
-        texts = [normalize_text(item.text) for item in request.inputs]
+        texts = await normalize_all([item.text for item in request.inputs])
         batchers = [await self._batcher_for(model, version) for version in groups]
         scores = await self._group_scores(batchers, list(groups.values()), texts, deadline)
         outputs: list[dict[str, Any]] = [{}] * len(texts)  # every slot filled: groups cover all
@@ -371,6 +371,20 @@ class InferenceService:
         self._draining = True
         await asyncio.gather(*(b.close() for b in self._batchers.values()))
         await self.backend.close()
+
+
+# characters normalised on the loop; more go to a thread. NFKC costs ~0.15 µs a character
+# (up to ~5 ms for a 20,000-character text that NFKC lengthens), so this keeps any one stay
+# on the loop under a millisecond while sparing single tickets the thread hand-off.
+INLINE_NORMALIZE_CHARS = 4096
+
+
+async def normalize_all(texts: list[str]) -> list[str]:
+    """`normalize_text` of each text, off the event loop when there is much to do: the
+    thread lets go of the GIL between slices, so the loop keeps serving meanwhile."""
+    if sum(map(len, texts)) <= INLINE_NORMALIZE_CHARS:
+        return [normalize_text(text) for text in texts]
+    return await asyncio.to_thread(lambda: [normalize_text(text) for text in texts])
 
 
 def version_groups(versions: Sequence[str]) -> dict[str, list[int]]:

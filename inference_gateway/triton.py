@@ -11,12 +11,13 @@ import logging
 import re
 from collections.abc import Sequence
 
+import grpc
 import numpy as np
 from tritonclient.grpc import InferInput, InferRequestedOutput
 from tritonclient.grpc.aio import InferenceServerClient
 from tritonclient.utils import InferenceServerException
 
-from inference_gateway.errors import ErrorCode, GatewayError
+from inference_gateway.errors import ErrorCode, GatewayError, redact
 from inference_gateway.routing import triton_version
 
 log = logging.getLogger(__name__)
@@ -37,28 +38,44 @@ _REFUSED_PHRASES = ("connection refused", "failed to connect", "unreachable")
 _NOT_SERVING_PHRASES = ("unknown model", "not ready", "no available version", "not found")
 
 
+# gRPC's status names: the only part of a Triton failure a caller is shown (as the class)
+_GRPC_STATUSES = frozenset(status.name for status in grpc.StatusCode)
+
+
 def map_triton_error(status: str | None, message: str) -> GatewayError:
-    """Translate a Triton/gRPC failure (`status` as "StatusCode.X") into a `GatewayError`."""
+    """Translate a Triton/gRPC failure (`status` as "StatusCode.X") into a `GatewayError`.
+
+    The caller sees a fixed sentence and the gRPC status class, never Triton's own words:
+    they name model files, paths, backends and library internals, and can repeat input.
+    The full text goes to the gateway's log (redacted) for the operator.
+    """
     code = (status or "").rsplit(".", 1)[-1]
     text = message.lower()
+    error = _classify(code, text)
+    shown = code if code in _GRPC_STATUSES else "no status"
+    log.warning("Triton failure [%s] answered as %s: %s", shown, error.code.value, redact(message))
+    return GatewayError(error.code, f"{error.message} [triton {shown}]", error.retryable)
+
+
+def _classify(code: str, text: str) -> GatewayError:
     if code == "DEADLINE_EXCEEDED":
-        return GatewayError(ErrorCode.TIMEOUT, f"Triton did not answer in time: {message}")
+        return GatewayError(ErrorCode.TIMEOUT, "Triton did not answer in time")
     if code == "INVALID_ARGUMENT":
-        return GatewayError(ErrorCode.INVALID_INPUT, f"Triton refused the input: {message}")
+        return GatewayError(ErrorCode.INVALID_INPUT, "Triton refused the input")
     if re.search(r"out of memory|failed to allocate|bad_alloc|\boom\b", text):
         # the same batch would fail the same way: not retryable, whatever the status says
-        return GatewayError(ErrorCode.INTERNAL, f"Triton ran out of memory: {message}", False)
+        return GatewayError(ErrorCode.INTERNAL, "Triton ran out of memory", False)
     if code == "RESOURCE_EXHAUSTED" or _has(text, _OVERLOAD_PHRASES):
-        return GatewayError(ErrorCode.OVERLOADED, f"Triton is overloaded: {message}")
+        return GatewayError(ErrorCode.OVERLOADED, "Triton is overloaded")
     if code in ("UNAVAILABLE", "CANCELLED", "") and _has(text, _TIMEOUT_PHRASES):
         # Triton's queue timeout ("Request timeout expired") comes as UNAVAILABLE; a model
         # that failed with some "timeout" in its message (INTERNAL) is not a TIMEOUT
-        return GatewayError(ErrorCode.TIMEOUT, f"Triton timed the request out: {message}")
+        return GatewayError(ErrorCode.TIMEOUT, "Triton timed the request out")
     if _has(text, _REFUSED_PHRASES):
-        return GatewayError(ErrorCode.MODEL_UNAVAILABLE, f"Triton unreachable: {message}")
+        return GatewayError(ErrorCode.MODEL_UNAVAILABLE, "Triton unreachable")
     if code in ("UNAVAILABLE", "NOT_FOUND") or _has(text, _NOT_SERVING_PHRASES):
-        return GatewayError(ErrorCode.MODEL_UNAVAILABLE, f"model not served: {message}")
-    return GatewayError(ErrorCode.INTERNAL, f"Triton failed: [{code or 'no status'}] {message}")
+        return GatewayError(ErrorCode.MODEL_UNAVAILABLE, "model version not served by Triton")
+    return GatewayError(ErrorCode.INTERNAL, "Triton failed")
 
 
 def is_connection_refused(error: InferenceServerException) -> bool:
@@ -152,7 +169,7 @@ class TritonClient:
                 )
             )
         except (InferenceServerException, GatewayError) as error:
-            log.info("Triton at %s not ready: %s", self.url, error)
+            log.info("Triton at %s not ready: %s", self.url, redact(str(error)))
             return False
 
     async def close(self) -> None:
