@@ -52,7 +52,7 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
     app = create_app(settings, app_id=steps.app_id)
     deps = Dependencies(
         gateway=GatewayClient(settings.gateway_url),
-        features=OnlineFeatureReader(settings.redis_url, VIEWS),
+        features=OnlineFeatureReader(settings.redis, VIEWS),
     )
     engine = WorkflowEngine(app, definition, settings, deps, earlier, steps)
     engine.build()

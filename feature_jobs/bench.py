@@ -32,7 +32,6 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import orjson
 
@@ -41,6 +40,7 @@ from feature_jobs.store import MARK_BUILT_LUA, UPDATE_LUA, ViewEncoder, ViewKeys
 from feature_jobs.views import VIEWS
 from feature_jobs.writer import UPDATE_SHA, parse_ticket
 from streams.kafka_config import confluent_config
+from streams.redis_config import connection_kwargs, sync_client
 from streams.settings import REPO_ROOT, Settings
 
 BENCH_DB = 15
@@ -56,11 +56,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _db_url(url: str, db: int) -> str:
-    u = urlparse(url)
-    return f"{u.scheme}://{u.netloc}/{db}"
 
 
 def _tickets(n: int, entities: int, seed: int = 7) -> list[bytes]:
@@ -167,10 +162,8 @@ def _redis_benchmark(settings: Settings, key_prefix: str, requests: int, entitie
     binary = shutil.which("redis-benchmark")
     if binary is None:
         raise RuntimeError("redis-benchmark is missing: `apt-get install redis-tools`")
-    import redis
-
     host, port = settings.redis_host_port
-    client = redis.Redis(host=host, port=port, db=BENCH_DB)
+    client = sync_client(settings.redis.with_db(BENCH_DB))
     _delete_prefix(client, key_prefix)  # every run starts from the same empty state
     client.script_load(UPDATE_LUA)
     view = VIEWS[VIEW]
@@ -182,22 +175,38 @@ def _redis_benchmark(settings: Settings, key_prefix: str, requests: int, entitie
     cmd = [
         binary, "-h", host, "-p", str(port), "--dbnum", str(BENCH_DB), "-n", str(requests),
         "-c", "50", "-P", "16", "-r", str(entities), "--csv",
-        "EVALSHA", UPDATE_SHA, "2", *args,
+        *_benchmark_auth(settings), "EVALSHA", UPDATE_SHA, "2", *args,
     ]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    env = {**os.environ}
+    password = connection_kwargs(settings.redis).get("password")
+    if password:
+        env["REDISCLI_AUTH"] = password
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"redis-benchmark failed: {done.stderr[-500:]}")
     rows = [line for line in done.stdout.splitlines() if line.startswith('"EVALSHA')]
     rps = float(rows[-1].split(",")[1].strip('"'))
     echo(f"redis-benchmark, same script, -P 16: {rps:,.0f} updates/s")
+    # the password, if any, is passed in REDISCLI_AUTH, never on the command line
     shown = " ".join(a if " " not in a and a else repr(a) for a in cmd[:20])
     return {"updates_per_s": rps, "requests": requests, "command": shown + " ..."}
+
+
+def _benchmark_auth(settings: Settings) -> list[str]:
+    """redis-benchmark's options for the same user and TLS as the job's client."""
+    kw = connection_kwargs(settings.redis)
+    out = ["--user", kw["username"]] if kw.get("username") else []
+    if settings.redis.tls:
+        out.append("--tls")
+        if settings.redis_ca_file is not None:
+            out += ["--cacert", str(settings.redis_ca_file)]
+    return out
 
 
 async def _reads(settings: Settings, key_prefix: str, users: list[str], reads: int, echo):
     from feature_jobs.reader import OnlineFeatureReader
 
-    url = _db_url(settings.redis_url, BENCH_DB)
+    url = settings.redis.with_db(BENCH_DB)
     rng = random.Random(3)
     out: dict[str, Any] = {}
     cold = OnlineFeatureReader(url, VIEWS, cache_ttl_s=0, key_prefix=key_prefix)
@@ -270,12 +279,9 @@ def _delete_prefix(client, key_prefix: str) -> None:
 
 
 def _cleanup(settings: Settings, topic_prefix: str, key_prefix: str, group_prefix: str) -> None:
-    import redis
-
     from streams.admin import delete_prefixed
 
-    host, port = settings.redis_host_port
-    _delete_prefix(redis.Redis(host=host, port=port, db=BENCH_DB), key_prefix)
+    _delete_prefix(sync_client(settings.redis.with_db(BENCH_DB)), key_prefix)
     delete_prefixed(settings, topic_prefix, group_prefix)
 
 
@@ -308,8 +314,6 @@ def run_bench(
     """Job runs and redis-benchmark runs alternate (rb, job, rb, job, ..., rb); each job run
     is compared with the mean of the redis-benchmark runs on either side of it, and the
     median of those ratios is the figure (the machine is shared: its load moves)."""
-    import redis
-
     settings = Settings()
     fs = FeatureSettings()
     run = uuid.uuid4().hex[:6]
@@ -337,7 +341,7 @@ def run_bench(
             _produce(settings, f"{topic_prefix}tickets.in", events, entities)
             env = {
                 "TICKETFLOW_TOPIC_PREFIX": topic_prefix,
-                "TICKETFLOW_REDIS_URL": _db_url(settings.redis_url, BENCH_DB),
+                "TICKETFLOW_REDIS_URL": settings.redis.with_db(BENCH_DB).url.get_secret_value(),
                 "TICKETFLOW_FEATURES_KEY_PREFIX": key_prefix,
                 "TICKETFLOW_FEATURES_DRIFT_ENABLED": "false",
             }
@@ -364,7 +368,7 @@ def run_bench(
         rb_mid = (rbs[mid]["updates_per_s"] + rbs[mid + 1]["updates_per_s"]) / 2
         result["redis_benchmark"] = {**rbs[mid], "updates_per_s": rb_mid}
         # reads: of the last run's entities, with its view marked built
-        client = redis.Redis(*settings.redis_host_port, db=BENCH_DB)
+        client = sync_client(settings.redis.with_db(BENCH_DB))
         keys = ViewKeys.of(VIEWS[VIEW], key_prefix)
         if client.get(keys.built) is None:  # the job marks it once through; be sure
             client.eval(

@@ -83,9 +83,10 @@ async def _store_status(s: Settings, fs: FeatureSettings, views: dict[str, Featu
     import redis.asyncio as aioredis
 
     from feature_jobs.store import ViewKeys
+    from streams.redis_config import async_client
 
     out: dict[str, dict] = {}
-    r = aioredis.from_url(s.redis_url, socket_timeout=1.0, socket_connect_timeout=1.0)
+    r = async_client(s.redis, socket_timeout=1.0, socket_connect_timeout=1.0)
     try:
         for name, v in views.items():
             k = ViewKeys.of(v, fs.key_prefix)
@@ -163,11 +164,11 @@ def prune(
 
 
 async def _prune(s: Settings, fs: FeatureSettings, views: dict[str, FeatureView], dry_run: bool):
-    import redis.asyncio as aioredis
 
     from feature_jobs.store import SIG_CHARS, ViewKeys
+    from streams.redis_config import async_client
 
-    r = aioredis.from_url(s.redis_url, socket_timeout=5.0)
+    r = async_client(s.redis, socket_timeout=5.0)
     counts: dict[str, int] = {}
     try:
         for name, v in views.items():
@@ -254,7 +255,7 @@ async def _drift_now(s, fs, views, names, since_s, reference, save_reference, ex
 
     period = since_s if since_s is not None else fs.drift_period_s
     checker = DriftChecker(
-        s.redis_url,
+        s.redis,
         views,
         fs.key_prefix,
         sample_size=fs.drift_sample_size,

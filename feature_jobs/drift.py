@@ -41,6 +41,7 @@ from feature_jobs.reader import OnlineFeatureReader, SignatureMismatch
 from feature_jobs.store import ViewKeys
 from schemas.features import Feature, FeatureView
 from schemas.tickets import DriftReport, FeatureValue, utcnow
+from streams.redis_config import Target, async_client
 
 log = logging.getLogger(__name__)
 
@@ -413,7 +414,7 @@ class DriftChecker:
 
     def __init__(
         self,
-        redis_url: str,
+        redis_url: Target,
         views: dict[str, FeatureView],
         key_prefix: str = "tf:fv",
         *,
@@ -422,15 +423,13 @@ class DriftChecker:
         thresholds: Thresholds = Thresholds(),
         read_timeout_s: float = 0.5,
     ) -> None:
-        import redis.asyncio as aioredis
-
         self.views = views
         self.thresholds = thresholds
         self.sample_size = sample_size
         self.period_s = period_s
         self._timeout = read_timeout_s
         self._keys = {name: ViewKeys.of(v, key_prefix) for name, v in views.items()}
-        self._redis = aioredis.from_url(redis_url, socket_timeout=2.0, socket_connect_timeout=1.0)
+        self._redis = async_client(redis_url, socket_timeout=2.0, socket_connect_timeout=1.0)
         # a reader of its own: no cache, and its reads stay out of the serving metrics
         self.reader = OnlineFeatureReader(
             redis_url,

@@ -37,6 +37,7 @@ from streams.admin import ensure_topics
 from streams.app import create_app, use_uvloop
 from streams.codecs import encode
 from streams.kafka_config import confluent_config
+from streams.redis_config import async_client
 from streams.settings import Settings
 from streams.topics import Topics
 
@@ -276,7 +277,7 @@ def build_job(
     }
     app = create_app(settings, app_id=app_id, web_port=fsettings.web_port, **overrides)
     group_id = f"{settings.topic_prefix}{app_id}"
-    redis = aioredis.from_url(settings.redis_url, socket_timeout=5.0, socket_connect_timeout=2.0)
+    redis = async_client(settings.redis, socket_timeout=5.0, socket_connect_timeout=2.0)
     prefix = fsettings.key_prefix
     tracker = BuildTracker(settings, redis, view_list, prefix, group_id)
 
@@ -316,7 +317,7 @@ def build_job(
 
     drift_topic = app.topic(topics.features_drift, key_serializer="raw", value_serializer="raw")
     checker = DriftChecker(
-        settings.redis_url,
+        settings.redis,
         views,
         prefix,
         sample_size=fsettings.drift_sample_size,

@@ -26,6 +26,7 @@ from feature_jobs import metrics
 from feature_jobs.store import ViewKeys, materialize
 from schemas.features import FeatureView
 from schemas.tickets import FeatureValue
+from streams.redis_config import Target, async_client
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class _Coverage:
 class OnlineFeatureReader:
     def __init__(
         self,
-        redis_url: str,
+        redis_url: Target,
         views: dict[str, FeatureView],
         cache_ttl_s: float = 2.0,
         *,
@@ -102,7 +103,7 @@ class OnlineFeatureReader:
 
             key_prefix = get_feature_settings().key_prefix
         # no client-side retries: the caller's timeout and our fallback are the policy
-        self._redis = aioredis.from_url(
+        self._redis = async_client(
             redis_url,
             socket_timeout=1.0,
             socket_connect_timeout=0.5,

@@ -11,6 +11,7 @@ values (`hiredis.ReplyError`), not exceptions; a broken or silent connection rai
 from __future__ import annotations
 
 import asyncio
+import ssl as ssl_lib
 from typing import Any
 
 import hiredis
@@ -18,6 +19,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from streams.redis_config import tls_context
 
 ReplyError = hiredis.ReplyError
 
@@ -32,8 +35,10 @@ class RespConnection:
         password: str | None = None,
         connect_timeout_s: float = 2.0,
         io_timeout_s: float = 5.0,
+        ssl: ssl_lib.SSLContext | None = None,
     ) -> None:
         self.host, self.port, self.db = host, port, db
+        self._ssl = ssl
         self._username, self._password = username, password
         self._connect_timeout = connect_timeout_s
         self._io_timeout = io_timeout_s
@@ -43,11 +48,14 @@ class RespConnection:
 
     @classmethod
     def for_client(cls, client: aioredis.Redis) -> RespConnection | None:
-        """The same server and database as a redis-py client; None for TLS or unix sockets."""
+        """The same server, database, credentials and TLS as a redis-py client (which
+        streams/redis_config.py built); None for unix sockets."""
         kw = client.connection_pool.connection_kwargs
-        if "path" in kw or client.connection_pool.connection_class is not aioredis.Connection:
+        kind = client.connection_pool.connection_class
+        if "path" in kw or kind not in (aioredis.Connection, aioredis.SSLConnection):
             return None
         return cls(
+            ssl=tls_context(kw.get("ssl_ca_certs")) if kind is aioredis.SSLConnection else None,
             host=kw.get("host", "127.0.0.1"),
             port=int(kw.get("port", 6379)),
             db=int(kw.get("db", 0) or 0),
@@ -58,7 +66,8 @@ class RespConnection:
     async def _open(self) -> None:
         try:
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), self._connect_timeout
+                asyncio.open_connection(self.host, self.port, ssl=self._ssl),
+                self._connect_timeout,
             )
         except (OSError, TimeoutError) as exc:
             raise RedisConnectionError(f"redis {self.host}:{self.port}: {exc!r}") from exc

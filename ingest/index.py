@@ -36,6 +36,7 @@ from redis.asyncio import Redis
 
 from ingest.redis_mux import MuxRedis
 from schemas.tickets import TicketResult
+from streams.redis_config import Target, sync_client
 from streams.topics import Topics
 
 log = logging.getLogger(__name__)
@@ -203,11 +204,16 @@ class ResultIndexer:
     """A thread consuming the result topics and the DLQ into the index (at least once)."""
 
     def __init__(
-        self, kafka: Mapping[str, Any], topics: Topics, redis_url: str, prefix: str, **config: Any
+        self,
+        kafka: Mapping[str, Any],
+        topics: Topics,
+        redis_url: Target,
+        prefix: str,
+        **config: Any,
     ) -> None:
         self.topics = topics
         self.prefix = prefix + "ticket:"
-        self._redis = redis.Redis.from_url(redis_url, socket_timeout=5)
+        self._redis = sync_client(redis_url, socket_timeout=5)
         self._outcome = self._redis.register_script(_OUTCOME)
         self._consumer = Consumer(
             {

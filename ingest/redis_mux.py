@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import ssl
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlparse
 
 import hiredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from streams.redis_config import Target, endpoint
 
 Arg = str | bytes | int | float
 
@@ -63,14 +63,14 @@ class _Link:
 
 
 class MuxRedis:
-    def __init__(self, url: str, timeout_s: float) -> None:
-        u = urlparse(url)
-        self.host = u.hostname or "127.0.0.1"
-        self.port = u.port or 6379
-        self.db = int(u.path.lstrip("/") or 0)
-        self._username = unquote(u.username) if u.username else None
-        self._password = unquote(u.password) if u.password else None
-        self._ssl = _ssl_context(u.scheme, parse_qs(u.query))
+    def __init__(self, url: Target, timeout_s: float) -> None:
+        # the same reading of the URL (scheme, user, password, db) and CA as every other
+        # client's; a rediss:// URL verifies the server's certificate and name
+        e = endpoint(url)
+        self.host, self.port, self.db = e.host, e.port, e.db
+        self._username = e.username
+        self._password = e.password
+        self._ssl = e.ssl
         self.timeout_s = timeout_s
         self._link: _Link | None = None
         self._opening: asyncio.Lock | None = None
@@ -101,7 +101,7 @@ class MuxRedis:
         hello: list[tuple[Arg, ...]] = []
         if self._password is not None:
             user = (self._username,) if self._username else ()
-            hello.append(("AUTH", *user, self._password))
+            hello.append(("AUTH", *user, self._password.get_secret_value()))
         if self.db:
             hello.append(("SELECT", self.db))
         for command in hello:
@@ -206,10 +206,3 @@ class MuxScript:
             if not str(exc).startswith("NOSCRIPT"):
                 raise
         return await self.client.execute("EVAL", self.source, len(keys), *keys, *args)
-
-
-def _ssl_context(scheme: str, query: dict[str, list[str]]) -> ssl.SSLContext | None:
-    if scheme != "rediss":
-        return None
-    cafile = query.get("ssl_ca_certs", [None])[0]
-    return ssl.create_default_context(cafile=cafile)

@@ -39,6 +39,7 @@ from ingest.producer import AckProducer, Failures, kafka_config
 from ingest.redis_mux import MuxRedis
 from ingest.settings import IngestSettings
 from ingest.tickets import Accepted, Rejected, Submission
+from streams.redis_config import async_client
 from streams.topics import Topics
 
 log = logging.getLogger(__name__)
@@ -50,8 +51,8 @@ KAFKA_RETRY_AFTER_S = 5
 def redis_client(settings: IngestSettings) -> Redis:
     # one quick retry for a pooled connection gone stale, no backoff: an outage must fail
     # a request in about `redis_timeout_s`, not hold it through redis-py's 10 retries
-    return Redis.from_url(
-        settings.redis_url.get_secret_value(),
+    return async_client(
+        settings.redis,
         socket_timeout=settings.redis_timeout_s,
         socket_connect_timeout=settings.redis_timeout_s,
         retry=Retry(NoBackoff(), 1),
@@ -106,7 +107,7 @@ class IngestService:
     def __init__(self, settings: IngestSettings, producer: AckProducer | None = None) -> None:
         self.settings = settings
         self.topics = Topics(settings.topic_prefix)
-        self.redis = MuxRedis(settings.redis_url.get_secret_value(), settings.redis_timeout_s)
+        self.redis = MuxRedis(settings.redis, settings.redis_timeout_s)
         prefix = settings.redis_prefix
         self.keys = KeyStore(self.redis, prefix)
         self.key_cache = KeyCache(settings.key_cache_s)
@@ -131,7 +132,7 @@ class IngestService:
             self.indexer = ResultIndexer(
                 kafka_config(self.settings),
                 self.topics,
-                self.settings.redis_url.get_secret_value(),
+                self.settings.redis,
                 self.settings.redis_prefix,
             )
             self.indexer.start()

@@ -7,10 +7,13 @@ own names, so one environment configures every service; the Redis URL may carry 
 
 from __future__ import annotations
 
+from pathlib import Path
 from urllib.parse import urlparse
 
 from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from streams.redis_config import RedisTarget
 
 # the largest batch DESIGN.md allows
 MAX_BATCH = 500
@@ -39,6 +42,8 @@ class IngestSettings(BaseSettings):
     redis_url: SecretStr = Field(
         SecretStr("redis://127.0.0.1:6379/0"), validation_alias=_shared("REDIS_URL")
     )
+    # the CA of a rediss:// URL (DESIGN.md, "Security"); unset: the system's trust store
+    redis_ca_file: Path | None = Field(None, validation_alias=_shared("REDIS_CA_FILE"))
     # every Redis key ingest and `ticketflow keys|limits` use starts with this
     redis_prefix: str = "ticketflow:ingest:"
 
@@ -95,6 +100,11 @@ class IngestSettings(BaseSettings):
         if "port" not in self.model_fields_set and url.port:
             self.port = url.port
         return self
+
+    @property
+    def redis(self) -> RedisTarget:
+        """What ingest's Redis clients are built from (streams/redis_config.py)."""
+        return RedisTarget(self.redis_url, self.redis_ca_file)
 
     @property
     def live_state_url(self) -> str | None:

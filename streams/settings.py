@@ -13,6 +13,8 @@ from urllib.parse import urlparse
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from streams.redis_config import RedisTarget
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -22,7 +24,11 @@ class Settings(BaseSettings):
     kafka_bootstrap: str = "127.0.0.1:9092"
     topic_prefix: str = ""
     partitions: int = Field(4, ge=1, le=256)
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    # credentials and TLS go in the URL (rediss://user:pass@host:port/db), so it is a secret:
+    # a repr, a log line or a traceback shows '**********'; streams/redis_config.py reads it
+    redis_url: SecretStr = SecretStr("redis://127.0.0.1:6379/0")
+    # the CA that signed Redis's certificate (rediss:// only); unset: the system's trust store
+    redis_ca_file: Path | None = None
     triton_grpc: str = "127.0.0.1:8001"
     triton_http_port: int = 8000
     triton_metrics_port: int = 8002
@@ -84,9 +90,19 @@ class Settings(BaseSettings):
         host, _, port = self.kafka_bootstrap.split(",")[0].rpartition(":")
         return host or "127.0.0.1", int(port)
 
+    @model_validator(mode="after")
+    def _redis_target_valid(self) -> Settings:
+        self.redis  # noqa: B018 -- a bad scheme, or a CA without TLS, refused at start-up
+        return self
+
+    @property
+    def redis(self) -> RedisTarget:
+        """What every Redis client is built from (streams/redis_config.py)."""
+        return RedisTarget(self.redis_url, self.redis_ca_file)
+
     @property
     def redis_host_port(self) -> tuple[str, int]:
-        url = urlparse(self.redis_url)
+        url = urlparse(self.redis_url.get_secret_value())
         return url.hostname or "127.0.0.1", url.port or 6379
 
     @property

@@ -29,6 +29,7 @@ from agents.steps.validate import parse_ticket
 from feature_jobs.store import ViewKeys, materialize
 from schemas.features import FeatureView
 from schemas.tickets import Context, FeatureValue, Prediction, TicketResult
+from streams.redis_config import Target
 
 STEPS = ("validate", "clean", "features", "infer", "rules", "route")
 WORKFLOW, WORKFLOW_VERSION = "ticket_classify", 1
@@ -142,12 +143,12 @@ class FeatureReads:
     and the entity's hash in one Redis round trip, behind the same 2 s cache, as
     `feature_jobs.reader.OnlineFeatureReader` (what the naive variant uses)."""
 
-    def __init__(self, redis_url: str, view: FeatureView, key_prefix: str, ttl_s: float = 2.0):
+    def __init__(self, redis_url: Target, view: FeatureView, key_prefix: str, ttl_s: float = 2.0):
         import redis
 
-        self._redis = redis.Redis.from_url(
-            redis_url, socket_timeout=1.0, socket_connect_timeout=0.5
-        )
+        from streams.redis_config import sync_client
+
+        self._redis = sync_client(redis_url, socket_timeout=1.0, socket_connect_timeout=0.5)
         self._errors = (redis.RedisError, OSError)
         self._view, self._keys, self._ttl_s = view, ViewKeys.of(view, key_prefix), ttl_s
         self._cache: dict[str, tuple[float, dict[str, dict[str, Any]]]] = {}
@@ -239,7 +240,7 @@ def build_app(args: argparse.Namespace) -> Any:
         state_dir=args.state_dir,
         loglevel="WARNING",
     )
-    read = FeatureReads(settings.redis_url, VIEWS[FEATURE_VIEW], get_feature_settings().key_prefix)
+    read = FeatureReads(settings.redis, VIEWS[FEATURE_VIEW], get_feature_settings().key_prefix)
     predict = GatewayCalls(settings.gateway_url)
     work: dict[str, Callable[[Any], Record]] = {
         "validate": lambda raw: validate(raw, settings.max_record_bytes),

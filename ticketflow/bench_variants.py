@@ -70,7 +70,7 @@ async def naive(settings: Settings, source: str, sink: str, stop: asyncio.Event)
         auto_offset_reset=OFFSET_RESET,
     )
     producer = AIOKafkaProducer(**aiokafka_kwargs(settings))
-    reader = OnlineFeatureReader(settings.redis_url, VIEWS)
+    reader = OnlineFeatureReader(settings.redis, VIEWS)
     gateway = GatewayClient(settings.gateway_url)
     await consumer.start()
     await producer.start()

@@ -78,15 +78,21 @@ def stack_up(secure: SecureOpt = False) -> None:
             f"secured Kafka: credentials in {where} (values not shown); a client as the worker "
             f"principal: [bold]set -a; . {where}/worker.env; set +a[/]"
         )
+        from ticketflow.stack import redis_secure
+
+        console.print(
+            f"secured Redis: rediss:// on :{redis_secure.port()}, credentials in "
+            f"{redis_secure.secrets_dir(_settings())} (values not shown; one <user>.env each)"
+        )
     stack_status(secure)
 
 
 @stack_app.command("down")
 def stack_down(secure: SecureOpt = False) -> None:
-    """Stop what `stack up` started (with --secure: the secured broker alone)."""
+    """Stop what `stack up` started (with --secure: the secured broker and Redis alone)."""
     from ticketflow import stack
 
-    stack.down(_settings(), ["kafka-secure"] if secure else None)
+    stack.down(_settings(), ["kafka-secure", "redis-secure"] if secure else None)
 
 
 @stack_app.command("status")

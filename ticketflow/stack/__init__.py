@@ -19,7 +19,7 @@ from types import ModuleType
 
 from streams.settings import Settings
 
-from . import kafka, kafka_secure, redis_server, triton
+from . import kafka, kafka_secure, redis_secure, redis_server, triton
 from .process import (
     PartStatus,
     PidRecord,
@@ -57,12 +57,14 @@ __all__ = [
 PARTS: tuple[str, ...] = ("kafka", "redis", "triton")
 # `stack up --secure`: the SASL_SSL broker (docs/security.md) instead of the plain one; both
 # may run side by side, on their own ports and folders
-SECURE_PARTS: tuple[str, ...] = ("kafka-secure", "redis", "triton")
-_ORDER: tuple[str, ...] = ("kafka", "kafka-secure", "redis", "triton")
+# and the TLS-only Redis with ACL users (redis_secure.py) beside the plain one
+SECURE_PARTS: tuple[str, ...] = ("kafka-secure", "redis", "redis-secure", "triton")
+_ORDER: tuple[str, ...] = ("kafka", "kafka-secure", "redis", "redis-secure", "triton")
 _MODULES: dict[str, ModuleType] = {
     "kafka": kafka,
     "kafka-secure": kafka_secure,
     "redis": redis_server,
+    "redis-secure": redis_secure,
     "triton": triton,
 }
 

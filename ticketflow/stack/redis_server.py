@@ -119,9 +119,9 @@ def healthy(settings: Settings, timeout_s: float = 1.0) -> bool:
     """True when the server answers PING (not while it is still loading its data)."""
     import redis
 
-    client = redis.Redis.from_url(
-        settings.redis_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
-    )
+    from streams.redis_config import sync_client
+
+    client = sync_client(settings.redis, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
     try:
         return bool(client.ping())
     except redis.RedisError:
