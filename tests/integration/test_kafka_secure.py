@@ -16,8 +16,7 @@ import orjson
 import pytest
 from confluent_kafka import KafkaError, Producer, TopicPartition
 
-from agents.definition import load_definition
-from streams.admin import delete_prefixed, ensure_topics, pipeline_topics
+from streams.admin import delete_prefixed
 from streams.kafka_config import confluent_config
 from streams.settings import Settings
 from streams.topics import Topics
@@ -37,9 +36,7 @@ def secure(live_stack: Settings) -> Iterator[dict[str, Settings]]:
     base = live_stack.model_copy(update={"topic_prefix": prefix})
     users = {u: kafka_secure.secure_settings(base, u) for u in kafka_secure.USERS}
     kafka_secure.grant(base, prefix)
-    definition = load_definition(base.workflow_file)
-    names = [s.name for s in definition.steps]
-    ensure_topics(users["admin"], pipeline_topics(Topics(prefix), names, definition.routes))
+    kafka_secure.create_topics(base, prefix)
     yield users
     try:
         delete_prefixed(users["admin"], prefix, prefix)

@@ -333,9 +333,25 @@ def healthy(settings: Settings, timeout_s: float = 3.0) -> bool:
     return kafka.healthy(secure_settings(settings), timeout_s)
 
 
+def create_topics(settings: Settings, prefix: str | None = None) -> None:
+    """The default workflow's topics under `prefix`, made as admin: the service principals
+    may not create the ones they only read or write (config.routing, tickets.in)."""
+    from agents.definition import load_definition
+    from streams.admin import ensure_topics, pipeline_topics
+    from streams.topics import Topics
+
+    s = secure_settings(settings)
+    if prefix is not None:
+        s = s.model_copy(update={"topic_prefix": prefix})
+    definition = load_definition(s.workflow_file)
+    steps = [step.name for step in definition.steps]
+    ensure_topics(s, pipeline_topics(Topics(s.topic_prefix), steps, definition.routes))
+
+
 def after_start(settings: Settings, timeout_s: float) -> None:
     kafka.verify_transactions(secure_settings(settings), timeout_s=max(60.0, timeout_s))
     n = grant(settings)
+    create_topics(settings)
     log.info(
         "%s: SASL_SSL on %s, %d ACL bindings for prefix %r; credentials (values not shown) "
         "in %s: <user>.env for admin, worker, ingest, ops",
