@@ -22,7 +22,6 @@ makes results exactly once.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections import defaultdict, deque
@@ -33,6 +32,7 @@ from typing import Any
 import faust
 
 from agents import metrics
+from agents.audit import audit_digest
 from agents.batches import process_isolated
 from agents.emitter import Emitter, utcnow
 from agents.errors import BadRecord
@@ -111,6 +111,8 @@ class WorkflowEngine:
         else:
             self.state = self.states = RemoteStates(self.producer, self.topics)
         self.emitter = Emitter(self.producer, self.topics, settings.max_replays)
+        # keyed: a reader of tickets.audit cannot confirm a guess of a ticket's text
+        self.audit_digest = audit_digest(settings)
         self.hops = HopClock(
             {self.topics.step(s.name): s.name for s in self.topology.later_steps()}
         )
@@ -266,7 +268,7 @@ class WorkflowEngine:
                 attempt=1,
                 trace_id=trace_id(msg.headers) or new_trace_id(),
                 arrival=f"{msg.partition}:{msg.offset}",
-                input_sha256=hashlib.sha256(ticket.text.encode()).hexdigest(),
+                input_sha256=self.audit_digest(ticket.text),
                 started_at=utcnow(),
             )
             self.emitter.record(env, step, StepStatus.ok, t0)

@@ -138,7 +138,8 @@ class Envelope(BaseModel):
     # where this arrival entered (`partition:offset` of tickets.in): tells a redelivery of
     # the same record from a second publish of the same ticket_id
     arrival: str
-    # SHA-256 of the ticket text, for audit records (which never hold the text itself)
+    # HMAC-SHA256 of the ticket text under the deployment's audit key (agents/audit.py), for
+    # audit records, which never hold the text itself; the name is kept for their readers
     input_sha256: str = ""
     started_at: UtcDatetime
     # for the retry tiers: when the envelope is due back at `step`

@@ -39,6 +39,10 @@ class Settings(BaseSettings):
     # where the worker's web server listens: loopback here, 0.0.0.0 in a container
     web_bind: str = "127.0.0.1"
     max_record_bytes: int = 64 * 1024
+    # the key of the audit records' digest of a ticket's text (HMAC-SHA256, agents/audit.py);
+    # unset, and without a key file, a key is generated once in <state_dir>/secrets/audit.key
+    audit_key: SecretStr | None = None
+    audit_key_file: Path | None = None
     # a dead letter that fails again after this many replays goes to tickets.dlq.parked
     max_replays: int = Field(3, ge=1, le=100)
     # how often the steps commit their input offsets (after their outputs are delivered):
