@@ -61,6 +61,11 @@ def _tables() -> tuple[re.Pattern[str], frozenset[str]]:
     return runs, frozenset(second)
 
 
+def build_tables() -> None:
+    """Build the normalisation tables now (else the first long text does)."""
+    _tables()
+
+
 def _boundary_before(char: str) -> bool:
     """True when NFKC(a + char + b) == NFKC(a) + NFKC(char + b) for any a, b: `char` starts
     with a starter that nothing before it can reorder across or compose with."""
@@ -100,8 +105,12 @@ def normalize_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
     return text if len(text) <= limit else text[:limit].rstrip()
 
 
+def text_digest(normalized: str) -> bytes:
+    return hashlib.blake2b(normalized.encode("utf-8"), digest_size=16).digest()
+
+
 def cache_key(model: str, version: str, normalized: str) -> Key:
-    return (model, version, hashlib.blake2b(normalized.encode("utf-8"), digest_size=16).digest())
+    return (model, version, text_digest(normalized))
 
 
 class ResponseCache:
