@@ -32,8 +32,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.action == "up":
             up(settings, parts, timeout_s=args.timeout)
         elif args.action == "down":
-            # --secure: the secured broker alone; Redis and Triton serve both brokers
-            which = args.parts or (["kafka-secure"] if args.secure else None)
+            # --secure: the secured parts alone; the plain Redis and Triton serve both
+            which = args.parts or (["kafka-secure", "redis-secure"] if args.secure else None)
             stopped = down(settings, which, timeout_s=args.timeout)
             print(f"stopped: {', '.join(stopped) or 'nothing'}", file=sys.stderr)
     except StackError as exc:
