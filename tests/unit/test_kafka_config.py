@@ -187,3 +187,36 @@ def test_validation_error_does_not_echo_the_password() -> None:
     with pytest.raises(ValidationError) as info:
         secure(kafka_username=None)
     assert SECRET not in str(info.value)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+# the one builder, the plain-string convenience of the command line's helpers, and the
+# gateway (which may not import streams, and adds kafka_security() itself)
+BUILDERS = {"streams/kafka_config.py", "ticketflow/kafka_io.py"}
+
+
+def test_every_client_is_built_through_kafka_config() -> None:
+    """A client made from a bare bootstrap would connect without the security settings."""
+    bare = []
+    for package in (
+        "agents",
+        "streams",
+        "ticketflow",
+        "feature_jobs",
+        "ingest",
+        "inference_gateway",
+    ):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            lines = path.read_text().splitlines()
+            for i, line in enumerate(lines):
+                if '"bootstrap.servers"' not in line and "bootstrap_servers=" not in line:
+                    continue
+                if rel in BUILDERS:
+                    continue
+                if rel.startswith("inference_gateway/") and "kafka_security()" in "".join(
+                    lines[i : i + 2]
+                ):
+                    continue
+                bare.append(f"{rel}:{i + 1}: {line.strip()}")
+    assert not bare, "Kafka clients built without streams/kafka_config.py:\n" + "\n".join(bare)
