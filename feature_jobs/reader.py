@@ -99,9 +99,9 @@ class OnlineFeatureReader:
         record_metrics: bool = True,
     ):
         if key_prefix is None:
-            from feature_jobs.settings import get_feature_settings
+            from feature_jobs.settings import FeatureSettings
 
-            key_prefix = get_feature_settings().key_prefix
+            key_prefix = FeatureSettings().key_prefix
         # no client-side retries: the caller's timeout and our fallback are the policy
         self._redis = async_client(
             redis_url,

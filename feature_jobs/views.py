@@ -1,12 +1,15 @@
 """The feature views this deployment serves, loaded from data (`views.yaml`).
 
-`TICKETFLOW_FEATURES_VIEWS_FILE` names another file (tests use it to change a definition).
+`TICKETFLOW_FEATURES_VIEWS_FILE` (FeatureSettings.views_file) names another file (tests use it
+to change a definition). `VIEWS` is read on first use, not at import: importing a module
+never reads a file or the environment, and a bad file fails the command that needs it.
 """
 
 from __future__ import annotations
 
-import os
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -23,7 +26,11 @@ class ViewsFileError(ValueError):
 
 def load_views(path: Path | str | None = None) -> dict[str, FeatureView]:
     """The views of a YAML file (`views: [...]`), validated; a bad file is refused whole."""
-    path = Path(path or os.environ.get(VIEWS_FILE_ENV) or VIEWS_FILE)
+    if path is None:
+        from streams.settings import FeatureSettings
+
+        path = FeatureSettings().views_file
+    path = Path(path or VIEWS_FILE)
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as exc:
@@ -43,5 +50,15 @@ def load_views(path: Path | str | None = None) -> dict[str, FeatureView]:
     return views
 
 
-VIEWS: dict[str, FeatureView] = load_views()
-USER_TICKET_STATS = VIEWS.get("user_ticket_stats")
+@cache
+def _default_views() -> dict[str, FeatureView]:
+    return load_views()
+
+
+def __getattr__(name: str) -> Any:
+    # `from feature_jobs.views import VIEWS` keeps working; the file is read once, on first use
+    if name == "VIEWS":
+        return _default_views()
+    if name == "USER_TICKET_STATS":
+        return _default_views().get("user_ticket_stats")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -223,7 +223,6 @@ def build_app(args: argparse.Namespace) -> Any:
     """The quix Application with one stateful StreamingDataFrame per step."""
     from quixstreams import Application
 
-    from feature_jobs.settings import get_feature_settings
     from feature_jobs.views import VIEWS
     from streams.settings import get_settings
 
@@ -240,7 +239,7 @@ def build_app(args: argparse.Namespace) -> Any:
         state_dir=args.state_dir,
         loglevel="WARNING",
     )
-    read = FeatureReads(settings.redis, VIEWS[FEATURE_VIEW], get_feature_settings().key_prefix)
+    read = FeatureReads(settings.redis, VIEWS[FEATURE_VIEW], settings.features.key_prefix)
     predict = GatewayCalls(settings.gateway_url)
     work: dict[str, Callable[[Any], Record]] = {
         "validate": lambda raw: validate(raw, settings.max_record_bytes),
