@@ -117,7 +117,7 @@ class GatewayConfig:
     token: SecretStr | None = field(default=None, repr=False)
     # predict requests being read, parsed or served at once; one more is answered 503 at
     # once. Bounds memory too: each may hold up to max_body_bytes.
-    max_concurrent_requests: int = 64
+    max_concurrent_requests: int = 256
 
     def __post_init__(self) -> None:
         for name in (
