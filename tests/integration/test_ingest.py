@@ -120,7 +120,7 @@ def ingest_url(live_stack: Settings, env: dict[str, str]) -> Iterator[str]:
     yield url
     service.stop()
     # the keys, limits, buckets and index entries of this run, from the shared Redis
-    client = redis_sync.Redis.from_url(live_stack.redis_url)
+    client = redis_sync.Redis.from_url(live_stack.redis_url.get_secret_value())
     for name in client.scan_iter(match=REDIS_PREFIX + "*", count=1000):
         client.delete(name)
     client.close()
@@ -603,7 +603,7 @@ async def test_redis_down(fail_open: bool, redis: Any, live_stack: Settings) -> 
     token, _ = await new_key(redis)
     proxy = Proxy(live_stack.redis_host_port)
     await proxy.start()
-    db = live_stack.redis_url.rsplit("/", 1)[-1]
+    db = live_stack.redis_url.get_secret_value().rsplit("/", 1)[-1]
     settings = ingest_settings(
         redis_url=f"redis://127.0.0.1:{proxy.port}/{db}",
         key_cache_s=0.0,
