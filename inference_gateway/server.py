@@ -34,7 +34,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from inference_gateway import metrics
 from inference_gateway.cache import build_tables as cache_tables
 from inference_gateway.config import GatewayConfig
-from inference_gateway.errors import ErrorCode, GatewayError, redact, register_secret
+from inference_gateway.errors import ErrorCode, GatewayError, register_secret
 from inference_gateway.parsing import parse_predict, parse_predict_sliced
 from inference_gateway.routing import Router
 from inference_gateway.routing_watch import RoutingWatcher, routing_topic
@@ -180,8 +180,9 @@ async def _predict(
     except GatewayError as error:
         metrics.REQUESTS.labels(label, error.code.value).inc()
         return error_response(error)
-    except Exception as error:
-        log.error("predict for %s failed: %s", label, redact(repr(error)))
+    except Exception:
+        # the traceback is for the operator; the caller gets a fixed sentence
+        log.exception("predict for %s failed", label)
         metrics.REQUESTS.labels(label, ErrorCode.INTERNAL.value).inc()
         return error_response(GatewayError(ErrorCode.INTERNAL, "unexpected gateway error"))
     metrics.REQUESTS.labels(label, "ok").inc()
