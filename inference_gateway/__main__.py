@@ -34,6 +34,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--cache-size", type=int, help="response cache entries, 0 = off (default 10000)"
     )
+    parser.add_argument(
+        "--max-concurrent-requests",
+        type=int,
+        help="predicts at once before 503 + Retry-After (default 256)",
+    )
+    parser.add_argument(
+        "--max-body-bytes", type=int, help="largest body before 413 (default: largest legal batch)"
+    )
+    # no --token: a command line is visible to every user of the host (ps); use
+    # TICKETFLOW_GATEWAY_TOKEN
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
     return parser.parse_args(argv)
 
@@ -53,6 +63,8 @@ def main(argv: list[str] | None = None) -> None:
         max_inflight_batches=args.max_inflight_batches,
         adaptive_delay=args.adaptive_delay,
         cache_size=args.cache_size,
+        max_concurrent_requests=args.max_concurrent_requests,
+        max_body_bytes=args.max_body_bytes,
     )
 
 

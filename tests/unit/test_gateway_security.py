@@ -314,6 +314,15 @@ def test_overrides_that_are_given_win_over_the_environment() -> None:
     assert (c.max_batch_size, c.cache_size) == (8, 5)
 
 
+def test_the_module_flags_override_the_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    from inference_gateway import __main__ as module
+
+    served: list[GatewayConfig] = []
+    monkeypatch.setattr(module, "run", lambda **kw: served.append(GatewayConfig.from_env({}, **kw)))
+    module.main(["--max-concurrent-requests", "3", "--max-body-bytes", "999"])
+    assert (served[0].max_concurrent_requests, served[0].max_body_bytes) == (3, 999)
+
+
 def test_the_token_is_never_shown() -> None:
     env = {"TICKETFLOW_GATEWAY_TOKEN": TOKEN}
     for shown in (
