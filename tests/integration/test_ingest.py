@@ -1,8 +1,10 @@
 """`ticketflow ingest` against the real Kafka and Redis of the local stack.
 
-One ingest process serves the module, on this run's topic prefix and a Redis prefix of its
-own. Its worker view (the live state of a ticket) is a small fake here, and results are
-published as the worker's router would publish them; the workflow's own acceptance of what
+One ingest process serves the module, on a topic prefix and a Redis prefix of its own: the
+session's worker must neither turn the tickets posted here into results nor see the
+results and dead letters this module publishes. Its worker view (the live state of a
+ticket) is a small fake here, and results are published as the worker's router would
+publish them; the workflow's own acceptance of what
 ingest writes is tests/unit/test_ingest_tickets.py's property test against `validate`.
 Kafka and Redis outages are made with a closed port and a proxy this test closes.
 """
@@ -92,6 +94,11 @@ class FakeWorkerView:
 
 
 @pytest.fixture(scope="module")
+def ingest_stack(live_stack: Settings) -> Settings:
+    return live_stack.model_copy(update={"topic_prefix": f"{live_stack.topic_prefix}ingest{RUN}."})
+
+
+@pytest.fixture(scope="module")
 def worker_view() -> Iterator[FakeWorkerView]:
     view = FakeWorkerView()
     yield view
@@ -99,8 +106,9 @@ def worker_view() -> Iterator[FakeWorkerView]:
 
 
 @pytest.fixture(scope="module")
-def env(live_stack: Settings, worker_view: FakeWorkerView) -> dict[str, str]:
+def env(ingest_stack: Settings, worker_view: FakeWorkerView) -> dict[str, str]:
     return {
+        "TICKETFLOW_TOPIC_PREFIX": ingest_stack.topic_prefix,
         "TICKETFLOW_INGEST_PORT": str(services.free_port()),
         "TICKETFLOW_INGEST_REDIS_PREFIX": REDIS_PREFIX,
         "TICKETFLOW_INGEST_BODY_LIMIT_BYTES": str(BODY_LIMIT),
@@ -109,18 +117,18 @@ def env(live_stack: Settings, worker_view: FakeWorkerView) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def ingest_url(live_stack: Settings, env: dict[str, str]) -> Iterator[str]:
+def ingest_url(ingest_stack: Settings, env: dict[str, str]) -> Iterator[str]:
     # the result topics exist before ingest subscribes, as they do beside a running worker
-    topics = Topics(live_stack.topic_prefix)
+    topics = Topics(ingest_stack.topic_prefix)
     names = [topics.tickets_in, topics.dlq, *(topics.out(r) for r in ROUTES)]
-    ensure_topics(live_stack, {n: {} for n in names})
+    ensure_topics(ingest_stack, {n: {} for n in names})
     url = f"http://127.0.0.1:{env['TICKETFLOW_INGEST_PORT']}"
-    service = services.start("ingest", ["ingest"], live_stack, env, log_name=f"ingest-{RUN}")
+    service = services.start("ingest", ["ingest"], ingest_stack, env, log_name=f"ingest-{RUN}")
     services.wait_until(lambda: services.http_ok(url + "/readyz"), service, 60, "ready")
     yield url
     service.stop()
     # the keys, limits, buckets and index entries of this run, from the shared Redis
-    client = redis_sync.Redis.from_url(live_stack.redis_url.get_secret_value())
+    client = redis_sync.Redis.from_url(ingest_stack.redis_url.get_secret_value())
     for name in client.scan_iter(match=REDIS_PREFIX + "*", count=1000):
         client.delete(name)
     client.close()
@@ -185,7 +193,7 @@ async def problem(response: aiohttp.ClientResponse, status: int, kind: str) -> d
 
 
 async def test_202_only_with_the_record_on_the_topic(
-    ingest_url: str, live_stack: Settings, redis: Any, http: aiohttp.ClientSession
+    ingest_url: str, ingest_stack: Settings, redis: Any, http: aiohttp.ClientSession
 ) -> None:
     token, _ = await new_key(redis)
     tid = f"one-{RUN}"
@@ -201,7 +209,7 @@ async def test_202_only_with_the_record_on_the_topic(
         "rejected": [],
     }
     # the broker acknowledged before the answer: the record is there to read now
-    [record] = records_of(live_stack, {tid})
+    [record] = records_of(ingest_stack, {tid})
     assert orjson.loads(record.value) == body
     sent = record.headers["traceparent"]
     assert parse_traceparent(sent) == ("4bf92f3577b34da6a3ce929d0e0e4736", "01")
@@ -210,7 +218,7 @@ async def test_202_only_with_the_record_on_the_topic(
 
 
 async def test_a_batch_with_one_bad_ticket(
-    ingest_url: str, live_stack: Settings, redis: Any, http: aiohttp.ClientSession
+    ingest_url: str, ingest_stack: Settings, redis: Any, http: aiohttp.ClientSession
 ) -> None:
     token, _ = await new_key(redis)
     ids = [f"batch-{RUN}-{i}" for i in range(3)]
@@ -229,11 +237,11 @@ async def test_a_batch_with_one_bad_ticket(
         "/tickets/1/channel",
         "/tickets/1/text",
     }
-    assert sorted(r.key.decode() for r in records_of(live_stack, set(ids))) == [ids[0], ids[2]]
+    assert sorted(r.key.decode() for r in records_of(ingest_stack, set(ids))) == [ids[0], ids[2]]
 
 
 async def test_idempotency_replay_conflict_and_in_flight(
-    ingest_url: str, live_stack: Settings, redis: Any, http: aiohttp.ClientSession
+    ingest_url: str, ingest_stack: Settings, redis: Any, http: aiohttp.ClientSession
 ) -> None:
     token, key_id = await new_key(redis)
     url = f"{ingest_url}/v1/tickets"
@@ -245,7 +253,7 @@ async def test_idempotency_replay_conflict_and_in_flight(
     again = await http.post(url, data=raw, headers=headers)
     assert again.status == 202 and again.headers["Idempotent-Replayed"] == "true"
     assert await again.read() == await first.read()
-    assert len(records_of(live_stack, {tid})) == 1  # the replay produced nothing
+    assert len(records_of(ingest_stack, {tid})) == 1  # the replay produced nothing
 
     other = orjson.dumps(ticket(tid, text="another payload"))
     await problem(await http.post(url, data=other, headers=headers), 422, "idempotency-key-reused")
@@ -451,13 +459,13 @@ async def status_until(
 
 async def test_state_then_result(
     ingest_url: str,
-    live_stack: Settings,
+    ingest_stack: Settings,
     worker_view: FakeWorkerView,
     redis: Any,
     http: aiohttp.ClientSession,
 ) -> None:
     token, _ = await new_key(redis)
-    topics = Topics(live_stack.topic_prefix)
+    topics = Topics(ingest_stack.topic_prefix)
     ids = {k: f"st-{k}-{RUN}" for k in ("done", "review", "dead", "live")}
     r = await http.post(
         f"{ingest_url}/v1/tickets",
@@ -474,19 +482,19 @@ async def test_state_then_result(
     assert (live["status"], live["step"]) == ("running", "infer")
 
     publish(
-        live_stack,
+        ingest_stack,
         topics.out("auto_classify"),
         ids["done"],
         result_of(ids["done"], "auto_classify"),
     )
     publish(
-        live_stack,
+        ingest_stack,
         topics.out("manual_review"),
         ids["review"],
         result_of(ids["review"], "manual_review", degraded=True),
     )
     publish(
-        live_stack,
+        ingest_stack,
         topics.dlq,
         ids["dead"],
         b"whatever",
@@ -502,7 +510,7 @@ async def test_state_then_result(
     assert (dead["status"], dead["error_class"]) == ("dead_lettered", "SCHEMA_VALIDATION")
 
     # a late dead letter does not move a completed ticket back
-    publish(live_stack, topics.dlq, ids["done"], b"x", [("x-dlq-error-class", b"INTERNAL")])
+    publish(ingest_stack, topics.dlq, ids["done"], b"x", [("x-dlq-error-class", b"INTERNAL")])
     await asyncio.sleep(2)
     again = await (await http.get(base + ids["done"], headers=bearer(token))).json()
     assert again["status"] == "completed"
@@ -532,7 +540,7 @@ async def test_tickets_are_their_submitters(
 # ---- outages ------------------------------------------------------------------------------------
 
 
-async def test_kafka_unavailable_is_503(redis: Any, live_stack: Settings) -> None:
+async def test_kafka_unavailable_is_503(redis: Any, ingest_stack: Settings) -> None:
     """A producer pointed at a closed port: nothing is acknowledged, nothing is 202."""
     token, _ = await new_key(redis)
     settings = ingest_settings(
@@ -540,7 +548,7 @@ async def test_kafka_unavailable_is_503(redis: Any, live_stack: Settings) -> Non
         produce_timeout_s=1.0,
         index_results=False,
         worker_url="off",
-        topic_prefix=live_stack.topic_prefix,
+        topic_prefix=ingest_stack.topic_prefix,
     )
     async with TestServer(create_app(settings)) as server, aiohttp.ClientSession() as http:
         url = str(server.make_url("/v1/tickets"))
@@ -599,11 +607,11 @@ class Proxy:
 
 
 @pytest.mark.parametrize("fail_open", [False, True], ids=["closed", "open"])
-async def test_redis_down(fail_open: bool, redis: Any, live_stack: Settings) -> None:
+async def test_redis_down(fail_open: bool, redis: Any, ingest_stack: Settings) -> None:
     token, _ = await new_key(redis)
-    proxy = Proxy(live_stack.redis_host_port)
+    proxy = Proxy(ingest_stack.redis_host_port)
     await proxy.start()
-    db = live_stack.redis_url.get_secret_value().rsplit("/", 1)[-1]
+    db = ingest_stack.redis_url.get_secret_value().rsplit("/", 1)[-1]
     settings = ingest_settings(
         redis_url=f"redis://127.0.0.1:{proxy.port}/{db}",
         key_cache_s=0.0,
@@ -611,7 +619,7 @@ async def test_redis_down(fail_open: bool, redis: Any, live_stack: Settings) -> 
         limits_fail_open=fail_open,
         index_results=False,
         worker_url="off",
-        topic_prefix=live_stack.topic_prefix,
+        topic_prefix=ingest_stack.topic_prefix,
     )
     async with TestServer(create_app(settings)) as server, aiohttp.ClientSession() as http:
         url = str(server.make_url("/v1/tickets"))
