@@ -30,7 +30,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 class FeatureSettings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="TICKETFLOW_FEATURES_", env_file=".env", extra="ignore"
+        env_prefix="TICKETFLOW_FEATURES_", env_file=".env", extra="ignore", env_ignore_empty=True
     )
 
     # every key the data layer writes starts with this (a test or a second deployment on
@@ -68,7 +68,11 @@ def _shared(name: str) -> AliasChoices:
 
 class IngestSettings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="TICKETFLOW_INGEST_", env_file=".env", extra="ignore", populate_by_name=True
+        env_prefix="TICKETFLOW_INGEST_",
+        env_file=".env",
+        extra="ignore",
+        populate_by_name=True,
+        env_ignore_empty=True,
     )
 
     # where clients find ingest (DESIGN.md); the bind address and port default to its own
@@ -156,7 +160,11 @@ class IngestSettings(BaseSettings):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="TICKETFLOW_", env_file=".env", extra="ignore")
+    # an empty variable is an unset one, as in a shell or a compose file: `FOO=` must not
+    # turn an optional path into the current directory
+    model_config = SettingsConfigDict(
+        env_prefix="TICKETFLOW_", env_file=".env", extra="ignore", env_ignore_empty=True
+    )
 
     kafka_bootstrap: str = "127.0.0.1:9092"
     topic_prefix: str = ""

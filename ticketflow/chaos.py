@@ -592,12 +592,13 @@ def child_env(s: Settings) -> dict[str, str]:
         "TICKETFLOW_TOPIC_PREFIX": s.topic_prefix,
         "TICKETFLOW_PARTITIONS": str(s.partitions),
         "TICKETFLOW_REDIS_URL": s.redis_url.get_secret_value(),
-        "TICKETFLOW_REDIS_CA_FILE": str(s.redis_ca_file or ""),
         "TICKETFLOW_TRITON_GRPC": s.triton_grpc,
         "TICKETFLOW_GATEWAY_URL": s.gateway_url,
         "TICKETFLOW_STATE_DIR": str(s.state_dir),
         "TICKETFLOW_WORKER_WEB_PORT": str(s.worker_web_port),
     }
+    if s.redis_ca_file:
+        env["TICKETFLOW_REDIS_CA_FILE"] = str(s.redis_ca_file)
     if s.worker_id:
         env["TICKETFLOW_WORKER_ID"] = s.worker_id
     return env

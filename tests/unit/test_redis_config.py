@@ -75,3 +75,12 @@ def test_a_ca_without_tls_and_an_unknown_scheme_are_refused(monkeypatch):
 def test_another_db_keeps_server_and_credentials():
     t = RedisTarget(URL).with_db(15)
     assert t.url.get_secret_value() == f"rediss://features:{SECRET}@cache.example:6390/15"
+
+
+def test_an_empty_ca_variable_is_unset(monkeypatch) -> None:
+    from streams.settings import Settings
+
+    monkeypatch.setenv("TICKETFLOW_REDIS_CA_FILE", "")
+    monkeypatch.setenv("TICKETFLOW_REDIS_URL", "redis://127.0.0.1:6379/0")
+    assert Settings().redis_ca_file is None
+    assert Settings().ingest.redis_ca_file is None
