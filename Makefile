@@ -17,10 +17,13 @@ $(STAMP):
 	$(BIN)/pip install -q -e ".[train,dev]"
 	rm -f $(VENV)/.installed-*; touch $@
 
-# Debian's redis-server, installed only when missing
+# Debian's redis-server, and openssl for the secured stack's certificates, installed only
+# when missing
 redis:
 	@command -v redis-server >/dev/null 2>&1 || \
 	  ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server)
+	@command -v openssl >/dev/null 2>&1 || \
+	  ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq openssl)
 
 # the Kafka broker's jars, fetched by Maven into the state folder (cached)
 kafka: venv
