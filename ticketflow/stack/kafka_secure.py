@@ -25,14 +25,12 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import shutil
-import subprocess
 from pathlib import Path
 
 from streams.kafka_config import confluent_config
 from streams.settings import Settings
 
-from . import kafka
+from . import certs, kafka
 from .process import StackError, log_path
 
 NAME = "kafka-secure"
@@ -44,7 +42,6 @@ CONTROLLER_PORT = int(os.environ.get("TICKETFLOW_KAFKA_SECURE_CONTROLLER_PORT", 
 MECHANISM = "SCRAM-SHA-512"
 ADMIN = "admin"
 USERS = (ADMIN, "worker", "ingest", "ops")
-CERT_DAYS = 825
 
 log = logging.getLogger("ticketflow.stack")
 
@@ -101,17 +98,6 @@ def client_env(settings: Settings, user: str) -> dict[str, str]:
 # --- secrets ---------------------------------------------------------------------------------
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        raise StackError("`openssl` is not on PATH; it makes the secured broker's certificates")
-    done = subprocess.run(
-        [openssl, *args], cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, check=False
-    )
-    if done.returncode != 0:
-        raise StackError(f"openssl {args[0]} failed: {done.stderr.decode(errors='replace')[-500:]}")
-
-
 def ensure_secrets(settings: Settings) -> Path:
     """Make what is missing: the passwords, the CA, the broker's certificate and keystore."""
     root = secrets_dir(settings)
@@ -125,36 +111,14 @@ def ensure_secrets(settings: Settings) -> Path:
     if not (root / "ca.pem").exists() or not (root / "ca.key").exists():
         # a new CA invalidates the broker's certificate: both are made again
         (root / "broker.p12").unlink(missing_ok=True)
-        _openssl(
-            "req", "-x509", "-newkey", "rsa:3072", "-sha256", "-nodes", "-days", str(CERT_DAYS),
-            "-subj", "/CN=ticketflow local CA", "-keyout", "ca.key", "-out", "ca.pem",
-            "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-            cwd=root,
-        )  # fmt: skip
-        (root / "ca.key").chmod(0o600)
-        (root / "ca.pem").chmod(0o644)  # public: every client needs it
+        certs.make_ca(root, "ticketflow local CA")
     if not (root / "broker.p12").exists():
-        host = settings.kafka_host_port[0]
-        names = {"DNS:localhost", "IP:127.0.0.1"}
-        names.add(f"IP:{host}" if host.replace(".", "").isdigit() else f"DNS:{host}")
-        ext = root / "broker.ext"
-        ext.write_text(
-            f"subjectAltName={','.join(sorted(names))}\n"
-            "extendedKeyUsage=serverAuth,clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n"
-        )
-        _openssl(
-            "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=ticketflow-kafka",
-            "-keyout", "broker.key", "-out", "broker.csr", cwd=root,
-        )  # fmt: skip
-        (root / "broker.key").chmod(0o600)
-        _openssl(
-            "x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-days", str(CERT_DAYS), "-sha256", "-extfile", "broker.ext",
-            "-out", "broker.pem", cwd=root,
+        certs.sign_server(
+            root, "broker", "ticketflow-kafka", settings.kafka_host_port[0],
+            "serverAuth,clientAuth",
         )  # fmt: skip
         # PKCS12: Java reads it natively; a PEM keystore file would need an encrypted key
-        _openssl(
+        certs.openssl(
             "pkcs12", "-export", "-in", "broker.pem", "-inkey", "broker.key",
             "-certfile", "ca.pem", "-name", "broker", "-out", "broker.p12",
             "-passout", f"file:{password_file(settings, 'keystore')}", cwd=root,

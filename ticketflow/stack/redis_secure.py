@@ -27,15 +27,13 @@ import hashlib
 import logging
 import os
 import secrets
-import shutil
-import subprocess
 from pathlib import Path
 
 from streams.redis_config import RedisTarget, sync_client
 from streams.settings import Settings
 
-from . import redis_server
-from .process import StackError, log_path
+from . import certs, kafka, redis_server
+from .process import log_path
 
 NAME = "redis-secure"
 DEFAULT_TIMEOUT_S = redis_server.DEFAULT_TIMEOUT_S
@@ -43,7 +41,6 @@ STOP_TIMEOUT_S = redis_server.STOP_TIMEOUT_S
 DEFAULT_PORT = 6380
 ADMIN = "admin"
 USERS = ("worker", "features", "ingest", ADMIN)
-CERT_DAYS = 825
 # what a service may run; -@dangerous after the categories takes back what they would give
 # too much of (KEYS, FLUSHDB, CONFIG, DEBUG, CLIENT KILL, ...)
 _APP = "-@all +@connection +@read +@write +@keyspace +@scripting -@dangerous"
@@ -125,25 +122,6 @@ def acl_rules(settings: Settings) -> dict[str, str]:
 # --- secrets ---------------------------------------------------------------------------------
 
 
-def _write_private(path: Path, text: str) -> None:
-    # created 0600 from the start: never readable by others, not even for a moment
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    path.chmod(0o600)
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        raise StackError("`openssl` is not on PATH; it makes the secured Redis's certificates")
-    done = subprocess.run(
-        [openssl, *args], cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, check=False
-    )
-    if done.returncode != 0:
-        raise StackError(f"openssl {args[0]} failed: {done.stderr.decode(errors='replace')[-500:]}")
-
-
 def ensure_secrets(settings: Settings) -> Path:
     """Make what is missing: the passwords, the CA, the server's key and certificate."""
     root = secrets_dir(settings)
@@ -152,39 +130,15 @@ def ensure_secrets(settings: Settings) -> Path:
     for user in USERS:
         if not password_file(settings, user).exists():
             # hex: nothing a URL would need escaped
-            _write_private(password_file(settings, user), secrets.token_hex(24) + "\n")
+            kafka.write_private(password_file(settings, user), secrets.token_hex(24) + "\n")
     if not (root / "ca.pem").exists() or not (root / "ca.key").exists():
         (root / "server.pem").unlink(missing_ok=True)  # signed by the CA being replaced
-        _openssl(
-            "req", "-x509", "-newkey", "rsa:3072", "-sha256", "-nodes", "-days", str(CERT_DAYS),
-            "-subj", "/CN=ticketflow local Redis CA", "-keyout", "ca.key", "-out", "ca.pem",
-            "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-            cwd=root,
-        )  # fmt: skip
-        (root / "ca.key").chmod(0o600)
-        (root / "ca.pem").chmod(0o644)  # public: every client needs it
+        certs.make_ca(root, "ticketflow local Redis CA")
     if not (root / "server.pem").exists():
-        h = host(settings)
-        names = {"DNS:localhost", "IP:127.0.0.1"}
-        names.add(f"IP:{h}" if h.replace(".", "").isdigit() else f"DNS:{h}")
-        (root / "server.ext").write_text(
-            f"subjectAltName={','.join(sorted(names))}\n"
-            "extendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n"
-        )
-        _openssl(
-            "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=ticketflow-redis",
-            "-keyout", "server.key", "-out", "server.csr", cwd=root,
-        )  # fmt: skip
-        (root / "server.key").chmod(0o600)
-        _openssl(
-            "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-days", str(CERT_DAYS), "-sha256", "-extfile", "server.ext",
-            "-out", "server.pem", cwd=root,
-        )  # fmt: skip
+        certs.sign_server(root, "server", "ticketflow-redis", host(settings), "serverAuth")
     for user in USERS:
         env = "".join(f"{k}={v}\n" for k, v in client_env(settings, user).items())
-        _write_private(env_file(settings, user), env)
+        kafka.write_private(env_file(settings, user), env)
     return root
 
 
@@ -199,7 +153,7 @@ def write_acl(settings: Settings) -> Path:
         digest = hashlib.sha256(password.encode()).hexdigest()
         lines.append(f"user {user} on #{digest} {rules}")
     path = secrets_dir(settings) / "users.acl"
-    _write_private(path, "\n".join(lines) + "\n")
+    kafka.write_private(path, "\n".join(lines) + "\n")
     return path
 
 
