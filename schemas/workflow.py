@@ -110,6 +110,9 @@ class Step(BaseModel):
     retry_on: dict[RetryableCode, RetryPolicy] = Field(default_factory=dict)
     # rule_engine: confidence below this sends the ticket to manual review
     threshold: float = Field(0.5, ge=0.0, le=1.0)
+    # rule_engine (`refund_intent`): the model's after_sales probability at or above this
+    # sends the ticket to after_sales even without a refund word; None: words only
+    after_sales_threshold: float | None = Field(None, ge=0.0, le=1.0)
     # what follows: a step name, or branches tried in order (the last without `when`);
     # default: the next step in the list
     next: StepName | list[Branch] | None = None
