@@ -70,7 +70,8 @@ class FeatureLookupStep(Handler):
 
 class RuleEngineStep(Handler):
     async def run(self, env: Envelope, step: Step) -> None:
-        data = RuleInput(env.context.clean_text or env.ticket.text, env.context, step.threshold)
+        text = env.context.clean_text or env.ticket.text
+        data = RuleInput(text, env.context, step.threshold, step.after_sales_threshold)
         env.context.rule = apply_rules(step.rules, data)
 
 

@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from agents.steps.refund_words import asks_for_refund
 from schemas.tickets import Category, Context, RuleOutcome
-
-# Refund and return requests, in Chinese and English. "return" alone is too broad
-# ("the API returns 500"), so it must be about sending something back.
-REFUND = re.compile(
-    r"退款|退货|退钱|退费|退回|退掉|退换|"
-    r"\brefund|\bmoney back\b|\bcharge ?back\b|\breimburse|"
-    r"\breturn(?:ing)? (?:it|this|them|these|the|my|an?|both)\b|"
-    r"\breturn (?:request|label|policy|window)|\bwant to return\b|\bsend (?:it|this|them) back\b",
-    re.IGNORECASE,
-)
 
 
 @dataclass(frozen=True)
@@ -24,6 +14,8 @@ class RuleInput:
     text: str
     context: Context
     threshold: float
+    # the step's `after_sales_threshold`: None leaves refund_intent to the words alone
+    after_sales_threshold: float | None = None
 
 
 # A rule returns the route it decides, or None to let the next rule decide.
@@ -31,14 +23,31 @@ Rule = Callable[[RuleInput], "RuleOutcome | None"]
 
 
 def refund_check(data: RuleInput) -> RuleOutcome | None:
-    if REFUND.search(data.text):
-        return RuleOutcome(
-            route="after_sales",
-            category=Category.after_sales,
-            fired=["refund_check"],
-            reason="refund or return request",
-        )
+    """The words alone (see refund_words): kept for definitions that name it."""
+    if asks_for_refund(data.text):
+        return _after_sales("refund_check", "refund or return request")
     return None
+
+
+def refund_intent(data: RuleInput) -> RuleOutcome | None:
+    """The words, or the model's after_sales probability at the step's threshold: a request
+    phrased without any refund word ("it broke after two days, I want my money") still
+    reaches after_sales. Words win whatever the model says, and without a prediction."""
+    if asks_for_refund(data.text):
+        return _after_sales("refund_intent", "refund or return request")
+    pred, threshold = data.context.prediction, data.after_sales_threshold
+    if pred is None or data.context.degraded or threshold is None:
+        return None
+    p = pred.scores.get(Category.after_sales.value, 0.0)
+    if p >= threshold:
+        return _after_sales("refund_intent", f"after_sales probability {p:.2f} >= {threshold}")
+    return None
+
+
+def _after_sales(rule: str, reason: str) -> RuleOutcome:
+    return RuleOutcome(
+        route="after_sales", category=Category.after_sales, fired=[rule], reason=reason
+    )
 
 
 def score_threshold(data: RuleInput) -> RuleOutcome | None:
@@ -59,7 +68,11 @@ def score_threshold(data: RuleInput) -> RuleOutcome | None:
     return None
 
 
-RULES: dict[str, Rule] = {"refund_check": refund_check, "score_threshold": score_threshold}
+RULES: dict[str, Rule] = {
+    "refund_check": refund_check,
+    "refund_intent": refund_intent,
+    "score_threshold": score_threshold,
+}
 
 
 def apply_rules(names: list[str], data: RuleInput) -> RuleOutcome:

@@ -1,0 +1,82 @@
+"""Whether a ticket's words ask for a refund, a return or an exchange: the word half of the
+`refund_intent` rule (the model's after_sales probability is the other half).
+
+A word counts unless the customer says they do not want it ("I do NOT want a refund",
+"不想退货"): a negated desire, in the same clause, a few words before it. Complaints about
+a refund keep it ("still no refund", "商家不给退款"): only wanting is negated, not getting.
+Questions about a policy in general ("what is your refund policy?") are no request.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Refund, return and exchange words. "return" alone is too broad ("the API returns 500",
+# "the return key"), so it must be about sending something back; 退 alone is too ("退出登录",
+# "退订"), so it must be the verb of a refund or return.
+_EN = (
+    r"\brefund|\bmoney back\b|\bcharge ?back\b|\breimburse|"
+    r"\b(?:want|get|give me|need) (?:back )?my (?:money|cash)\b|"
+    r"\breturn(?:ing|ed)? (?:it|this|that|them|these|those|the|my|an?|both|everything)\b|"
+    r"\breturn (?:request|label|shipping|window)|\b(?:want|like|need) to return\b|"
+    r"\b(?:send|ship|mail|bring|take|post) (?:it|this|that|them|these|those|the \w+) back\b|"
+    r"\b(?:exchange|swap) (?:it|this|that|them|these|the|my|an?|for)\b|"
+    r"\breplacement (?:unit|item|one)\b|\b(?:send|give) me a (?:new|replacement) one\b|"
+    r"\b(?:want|need|like|get|request|requesting) (?:a )?replacement\b|"
+    r"\breplace (?:it|this|that|them|these|the \w+)\b|"
+    r"\b(?:just|only) (?:a |an |the )?(?:replacement|exchange|new one)\b"
+)
+_ZH = (
+    r"退款|退货|退钱|退费|退回|退掉|退换|换货|换新|调换|"
+    r"钱(?:还|退|返)(?:给)?我|把钱(?:还|退|返)|钱(?:要|拿)回来|返还货款|"
+    # lookbehinds, so that a negation before the verb stays before the match
+    r"(?:(?<=能)|(?<=可以)|(?<=要)|(?<=想)|(?<=给我)|(?<=帮我)|(?<=申请)|(?<=怎么)|(?<=如何)|"
+    r"(?<=不给)|(?<=不让)|(?<=拒绝))退(?![出订休役步缩])|"
+    r"退(?:了吧|吗|一下)|换(?:一个|个|一台|一件|一双)新的"
+)
+REQUEST = re.compile(f"{_EN}|{_ZH}", re.IGNORECASE)
+
+# "refund policy" and the like, asked about in general: masked before REQUEST is searched,
+# so that only a request elsewhere in the text counts
+POLICY = re.compile(
+    r"\b(?:refund|return|exchange)s? (?:policy|policies|rules?|terms)\b|"
+    r"(?:退款|退货|退换货|换货|售后)(?:政策|规则|条款)",
+    re.IGNORECASE,
+)
+
+# where a clause starts: what precedes a word there is not about it
+_CLAUSE = re.compile(r"[.;!?，。；！？、\n]|,(?!\d)|\b(?:but|just|only)\b|但|只")
+# English: a negated desire, then at most three words, right before the word
+_NEG_EN = re.compile(
+    r"(?:(?<!\bcan )(?<!\bcould )\bnot|\b(?:do|does|did|am|is|are|was|were)n[’']?t|"
+    r"\bnever|\bno longer)\s+"
+    r"(?:want|wanting|need|needing|ask|asking|looking|request|requesting|seeking|"
+    r"interested|planning|plan|trying|going|intend|intending|after)\b"
+    r"(?:\W+\w+){0,3}\W*$|"
+    r"\bno need (?:for|to)\b(?:\W+\w+){0,3}\W*$|"
+    r"\bnot (?:a|an|about|for|after)(?: a| an| my)?\s*$|"
+    r"\b(?:instead of|rather than)(?: a| an| my)?\s*$",
+    re.IGNORECASE,
+)
+# Chinese: a negated desire, then at most three characters (no 了: "不想要了" is a wish to
+# be rid of the thing, which is a return), right before the word
+_NEG_ZH = re.compile(
+    r"(?:不要|不想|不用|不需要|不打算|没打算|不是要|不是想|无需|不必|没想|不考虑|不申请)"
+    r"[^了]{0,3}$"
+)
+
+
+def _negated(prefix: str) -> bool:
+    """Whether the clause that ends at a word says the customer does not want it."""
+    clause = _CLAUSE.split(prefix)[-1]
+    return bool(_NEG_EN.search(clause) or _NEG_ZH.search(clause))
+
+
+def refund_words(text: str) -> list[str]:
+    """The refund, return or exchange words of `text` that ask for one (not negated)."""
+    masked = POLICY.sub(lambda m: " " * len(m[0]), text)
+    return [m[0] for m in REQUEST.finditer(masked) if not _negated(masked[: m.start()])]
+
+
+def asks_for_refund(text: str) -> bool:
+    return bool(refund_words(text))
