@@ -6,9 +6,9 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WEIGHTS := inference_gateway/model_repository/ticket_classifier/1/weights.npz
 
-.PHONY: setup venv redis kafka model demo test test-unit lint down clean peer
+.PHONY: setup venv redis prometheus kafka model demo test test-unit lint down clean peer
 
-setup: venv redis kafka model
+setup: venv redis prometheus kafka model
 
 venv: $(STAMP)
 $(STAMP):
@@ -24,6 +24,16 @@ redis:
 	  ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server)
 	@command -v openssl >/dev/null 2>&1 || \
 	  ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq openssl)
+
+# Debian's prometheus (and its promtool, which the alert rules' tests run), only when missing;
+# on a systemd host the package's own service would hold :9090, so it is stopped: `stack up`
+# runs ours, on the generated configuration
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || \
+	  ($(SUDO) apt-get update -qq && \
+	   $(SUDO) apt-get install -y -qq --no-install-recommends prometheus && \
+	   ( ! command -v systemctl >/dev/null 2>&1 || \
+	     $(SUDO) systemctl disable --now prometheus >/dev/null 2>&1 || true ))
 
 # the Kafka broker's jars, fetched by Maven into the state folder (cached)
 kafka: venv

@@ -177,6 +177,8 @@ class Settings(BaseSettings):
     triton_grpc: str = "127.0.0.1:8001"
     triton_http_port: int = 8000
     triton_metrics_port: int = 8002
+    # the local stack's Prometheus (ticketflow/stack/prometheus.py; docs/operations.md)
+    prometheus_port: int = Field(9090, ge=1, le=65535)
     gateway_url: str = "http://127.0.0.1:8088"
     state_dir: Path = REPO_ROOT / ".stack"
     # the Faust worker's web port (table views, /metrics); 0 picks a free one
@@ -202,6 +204,10 @@ class Settings(BaseSettings):
     # state table (agents/pools.py; docs/workflow.md, "Scaling steps on their own")
     worker_steps: str = ""
     workflow_file: Path = REPO_ROOT / "agents" / "workflows" / "ticket_classify.yaml"
+    # which workflow each new ticket takes (schemas/selection.py): unset, `selector.yaml`
+    # beside the workflow file when there is one; with a selector every definition of its
+    # folder is loaded (docs/workflow.md, "Choosing a workflow per ticket, and spot checks")
+    workflow_selector_file: Path | None = None
     # the nested groups, read from their own TICKETFLOW_FEATURES_* / TICKETFLOW_INGEST_* names
     features: FeatureSettings = Field(default_factory=lambda: FeatureSettings())
     ingest: IngestSettings = Field(default_factory=lambda: IngestSettings())

@@ -60,13 +60,19 @@ SecureOpt = Annotated[
 
 
 @stack_app.command("up")
-def stack_up(secure: SecureOpt = False) -> None:
-    """Start Kafka, Redis and Triton (those not already running) and wait until healthy."""
+def stack_up(
+    secure: SecureOpt = False,
+    no_prometheus: Annotated[
+        bool, typer.Option("--no-prometheus", help="leave Prometheus (:9090) out")
+    ] = False,
+) -> None:
+    """Start Kafka, Redis, Triton and Prometheus (those not already running); wait until healthy."""
     from ticketflow import stack
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    parts = stack.SECURE_PARTS if secure else stack.PARTS
     try:
-        stack.up(_settings(), stack.SECURE_PARTS if secure else None)
+        stack.up(_settings(), [p for p in parts if not (no_prometheus and p == "prometheus")])
     except stack.StackError as exc:
         console.print(f"[red]stack up failed:[/] {exc}")
         raise typer.Exit(1) from exc
@@ -84,7 +90,11 @@ def stack_up(secure: SecureOpt = False) -> None:
             f"secured Redis: rediss:// on :{redis_secure.port()}, credentials in "
             f"{redis_secure.secrets_dir(_settings())} (values not shown; one <user>.env each)"
         )
-    stack_status(secure)
+    try:
+        stack_status(secure)
+    except typer.Exit:
+        if not no_prometheus:  # up() succeeded: only the part left out can be down
+            raise
 
 
 @stack_app.command("down")

@@ -62,7 +62,7 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
 
 
 def test_select_orders_and_validates() -> None:
-    assert stack._select(None) == ["kafka", "redis", "triton"]
+    assert stack._select(None) == ["kafka", "redis", "triton", "prometheus"]
     assert stack._select(["triton", "Kafka "]) == ["kafka", "triton"]
     with pytest.raises(stack.StackError, match="unknown stack part"):
         stack._select(["zookeeper"])
@@ -136,9 +136,9 @@ def test_busy_port_is_a_clear_error(
 def test_status_lists_every_part(
     settings: Settings, fake: types.ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name in ("redis", "triton"):
+    for name in ("redis", "triton", "prometheus"):
         other = _fake_part(settings.state_dir / name)
         other.NAME = name
         monkeypatch.setitem(stack._MODULES, name, other)
     names = [s.name for s in stack.status(settings)]
-    assert names == ["kafka", "redis", "triton"]
+    assert names == ["kafka", "redis", "triton", "prometheus"]

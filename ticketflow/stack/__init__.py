@@ -1,4 +1,4 @@
-"""The local stack: Kafka (KRaft, one node), Redis and Triton, run as detached processes.
+"""The local stack: Kafka (KRaft, one node), Redis, Triton and Prometheus, as detached processes.
 
     up(settings, parts=None)        start what is not healthy yet (idempotent)
     down(settings, parts=None)      stop what `up` started; leaves anything else alone
@@ -6,7 +6,8 @@
     start_part / stop_part          one part, e.g. to restart the broker in a fault test
 
 Everything lives in `settings.state_dir`: pid files in `run/`, logs in `logs/`, the Kafka jars,
-configuration and data in `kafka/`, Redis's data in `redis/`.
+configuration and data in `kafka/`, Redis's data in `redis/`, Prometheus's configuration and
+data in `prometheus/`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from types import ModuleType
 
 from streams.settings import Settings
 
-from . import kafka, kafka_secure, redis_secure, redis_server, triton
+from . import kafka, kafka_secure, prometheus, redis_secure, redis_server, triton
 from .process import (
     PartStatus,
     PidRecord,
@@ -54,18 +55,27 @@ __all__ = [
 ]
 
 # start order; `down` goes the other way
-PARTS: tuple[str, ...] = ("kafka", "redis", "triton")
+# (Prometheus last: it scrapes the others, and `down` stops it first)
+PARTS: tuple[str, ...] = ("kafka", "redis", "triton", "prometheus")
 # `stack up --secure`: the SASL_SSL broker (docs/security.md) instead of the plain one; both
 # may run side by side, on their own ports and folders
 # and the TLS-only Redis with ACL users (redis_secure.py) beside the plain one
 SECURE_PARTS: tuple[str, ...] = ("kafka-secure", "redis", "redis-secure", "triton")
-_ORDER: tuple[str, ...] = ("kafka", "kafka-secure", "redis", "redis-secure", "triton")
+_ORDER: tuple[str, ...] = (
+    "kafka",
+    "kafka-secure",
+    "redis",
+    "redis-secure",
+    "triton",
+    "prometheus",
+)
 _MODULES: dict[str, ModuleType] = {
     "kafka": kafka,
     "kafka-secure": kafka_secure,
     "redis": redis_server,
     "redis-secure": redis_secure,
     "triton": triton,
+    "prometheus": prometheus,
 }
 
 log = logging.getLogger("ticketflow.stack")
@@ -130,6 +140,9 @@ def _launch(settings: Settings, name: str) -> PidRecord | None:
     if mod.healthy(settings):
         if record is not None:
             log.info("%s: already up (pid %d, started by ticketflow)", name, record.pid)
+            refresh = getattr(mod, "refresh", None)
+            if refresh is not None:  # Prometheus: read edited rules again
+                refresh(settings)
         else:
             log.info("%s: already up, not started by ticketflow; leaving it alone", name)
         return None
