@@ -51,9 +51,11 @@ from agents.steps.handlers import (
     ProcessorStep,
     RuleEngineStep,
 )
+from agents.steps.parallel import ParallelStep
 from agents.topology import Topology
 from feature_jobs.reader import OnlineFeatureReader
 from inference_gateway.client import GatewayClient
+from schemas.selection import WorkflowSelector
 from schemas.tickets import Envelope, ErrorClass, StepStatus
 from schemas.workflow import Step, WorkflowDefinition
 from streams import faust_adapter
@@ -95,10 +97,13 @@ class WorkflowEngine:
         deps: Dependencies,
         earlier: Sequence[WorkflowDefinition] = (),
         steps: StepSet | None = None,
+        selector: WorkflowSelector | None = None,
     ) -> None:
+        """`definition`: the default workflow; `earlier`: every other definition in flight
+        (agents.definition.Workflows.others()); `selector`: how a new ticket picks one."""
         self.app = app
         self.settings = settings
-        self.topology = Topology(definition, earlier)
+        self.topology = Topology(definition, earlier, selector)
         self.steps = steps or step_set("", self.topology)  # agents/pools.py
         self.topics = Topics(settings.topic_prefix)
         self.producer = AsyncProducer(confluent_config(settings))
@@ -116,7 +121,9 @@ class WorkflowEngine:
         self.hops = HopClock(
             {self.topics.step(s.name): s.name for s in self.topology.later_steps()}
         )
-        inference = InferenceStep(deps.gateway, self.topology.deadline_ms)
+        inference = InferenceStep(
+            deps.gateway, self.topology.deadline_ms, record=self.emitter.record
+        )
         self.breaker = inference.breaker
         handlers: dict[str, Handler] = {
             "processor": ProcessorStep(),
@@ -124,6 +131,7 @@ class WorkflowEngine:
             "inference_call": inference,
             "rule_engine": RuleEngineStep(),
         }
+        handlers["parallel"] = ParallelStep(dict(handlers), self.emitter.record)
         self.runner = StepRunner(self.topology, handlers, self.emitter, self.states, self.topics)
         self.router = Router(
             confluent_config(settings),
@@ -249,7 +257,6 @@ class WorkflowEngine:
 
     async def _validate_batch(self, step: Step, events: Sequence[Any]) -> None:
         valid = []
-        definition = self.topology.definition
         for event in events:
             t0 = time.perf_counter()
             msg = event.message
@@ -260,6 +267,9 @@ class WorkflowEngine:
             except BadRecord as exc:
                 self.emitter.dead_letter(event, step.name, exc.error_class, exc.reason, 1)
                 continue
+            # the ticket's workflow, for good: its envelope names it at every later step
+            choice = self.topology.choose(ticket)
+            definition = choice.definition
             env = Envelope(
                 ticket=ticket,
                 workflow=definition.name,
@@ -271,7 +281,7 @@ class WorkflowEngine:
                 input_sha256=self.audit_digest(ticket.text),
                 started_at=utcnow(),
             )
-            self.emitter.record(env, step, StepStatus.ok, t0)
+            self.emitter.record(env, step, StepStatus.ok, t0, detail=choice.reason)
             valid.append((event, env))
         # still on the partition the producer chose: no state until the first hop
         await self._run_from(step, valid, keyed=False, done=True)
@@ -290,7 +300,7 @@ class WorkflowEngine:
     def _read(self, event: Any, step: Step) -> Envelope | None:
         msg = event.message
         try:
-            return read_envelope(
+            env = read_envelope(
                 msg.value,
                 self.topology.later_names,
                 self.topology.version_numbers,
@@ -300,6 +310,14 @@ class WorkflowEngine:
         except BadRecord as exc:  # not ours: a hand-written record on our topic
             self.emitter.dead_letter(event, step.name, exc.error_class, exc.reason, 1)
             return None
+        if not self.topology.knows_workflow(env):  # its definition was removed too soon
+            reason = (
+                f"envelope of workflow {env.workflow[:64]!r} v{env.workflow_version}, "
+                "which this worker does not load"
+            )
+            self.emitter.dead_letter(event, step.name, ErrorClass.INTERNAL, reason, 1)
+            return None
+        return env
 
     def _admit(self, event: Any, env: Envelope) -> bool:
         """A second publish of a ticket_id is recorded and dropped."""
@@ -323,7 +341,7 @@ class WorkflowEngine:
             if current.type == "router":
                 await self.router.route(current, its)
                 continue
-            going_on = its if ran else await self.runner.run(current, its, keyed)
+            going_on = its if ran else await self._run_step(current, its, keyed)
             fused: dict[str, list[Item]] = defaultdict(list)
             for event, env in going_on:
                 hop = self.topology.hop(env, current.name)
@@ -336,6 +354,17 @@ class WorkflowEngine:
                 self.emitter.send(self.topics.step(hop.step.name), env)
             for name, group in fused.items():
                 work.append((self.topology.step_of(group[0][1], name), group, False))
+
+    async def _run_step(self, step: Step, items: list[Item], keyed: bool) -> list[Item]:
+        """The runner on each group of tickets that share the step's configuration: tickets
+        of several workflows may meet on one topic, each with its own version of the step."""
+        groups: dict[int, list[Item]] = defaultdict(list)
+        for item in items:
+            groups[self.topology.variant(item[1], step.name)].append(item)
+        if len(groups) <= 1:
+            return await self.runner.run(step, items, keyed)
+        done = await asyncio.gather(*(self.runner.run(step, g, keyed) for g in groups.values()))
+        return [item for group in done for item in group]
 
     # ---- retry tiers ----------------------------------------------------------------------
 

@@ -13,14 +13,13 @@ import mode
 from faust.exceptions import ConsumerNotStarted
 from prometheus_client import generate_latest
 
-from agents.definition import load_definition, load_earlier_versions
+from agents.definition import Workflows, load_workflows
 from agents.engine import Dependencies, WorkflowEngine
 from agents.pools import StepSet, step_set
 from agents.topology import Topology
 from feature_jobs.reader import OnlineFeatureReader
 from feature_jobs.views import VIEWS
 from inference_gateway.client import GatewayClient
-from schemas.workflow import WorkflowDefinition
 from streams.admin import ensure_topics, pipeline_topics
 from streams.app import create_app, tune_gc, use_uvloop
 from streams.faust_adapter import restore_seconds
@@ -31,22 +30,24 @@ from streams.settings import Settings
 log = logging.getLogger(__name__)
 
 
-def _definitions(settings: Settings) -> tuple[WorkflowDefinition, list[WorkflowDefinition]]:
-    definition = load_definition(settings.workflow_file)
-    # earlier versions, kept so that tickets started on them finish on them
-    earlier = load_earlier_versions(definition, settings.workflow_file.parent / "archive")
-    return definition, earlier
+def _definitions(settings: Settings) -> Workflows:
+    # every workflow the selector may pick, and earlier versions, kept so that tickets
+    # started on them finish on them (agents/definition.py)
+    return load_workflows(settings.workflow_file, settings.workflow_selector_file)
+
+
+def _topology(workflows: Workflows) -> Topology:
+    return Topology(workflows.default, workflows.others(), workflows.selector)
 
 
 def worker_steps(settings: Settings) -> StepSet:
     """The steps this worker runs, or StepSetError (unknown steps, kept steps in a pool)."""
-    definition, earlier = _definitions(settings)
-    return step_set(settings.worker_steps, Topology(definition, earlier))
+    return step_set(settings.worker_steps, _topology(_definitions(settings)))
 
 
 def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
-    definition, earlier = _definitions(settings)
-    steps = step_set(settings.worker_steps, Topology(definition, earlier))
+    workflows = _definitions(settings)
+    steps = step_set(settings.worker_steps, _topology(workflows))
     # a pool is a consumer group of its own: Faust's assignor co-partitions every topic
     # of a group, and assumes each member subscribes to all of them
     app = create_app(settings, app_id=steps.app_id)
@@ -54,11 +55,13 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
         gateway=GatewayClient(settings.gateway_url),
         features=OnlineFeatureReader(settings.redis, VIEWS),
     )
-    engine = WorkflowEngine(app, definition, settings, deps, earlier, steps)
+    engine = WorkflowEngine(
+        app, workflows.default, settings, deps, workflows.others(), steps, workflows.selector
+    )
     engine.build()
     # our topics get their partition counts and configs before Faust would auto-create them
     names = [s.name for s in engine.later_steps()]
-    topics = pipeline_topics(engine.topics, names, definition.routes)
+    topics = pipeline_topics(engine.topics, names, engine.topology.routes)
     if steps.home:
         # the state table's changelog too: a worker that subscribes before it exists never
         # learns its partitions, and every state write then fails (two workers starting on

@@ -71,7 +71,14 @@ class FeatureLookupStep(Handler):
 class RuleEngineStep(Handler):
     async def run(self, env: Envelope, step: Step) -> None:
         text = env.context.clean_text or env.ticket.text
-        data = RuleInput(text, env.context, step.threshold, step.after_sales_threshold)
+        data = RuleInput(
+            text,
+            env.context,
+            step.threshold,
+            step.after_sales_threshold,
+            ticket_id=env.ticket.ticket_id,
+            sample_share=step.sample_share,
+        )
         env.context.rule = apply_rules(step.rules, data)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -16,6 +17,9 @@ class RuleInput:
     threshold: float
     # the step's `after_sales_threshold`: None leaves refund_intent to the words alone
     after_sales_threshold: float | None = None
+    # for `sample`: whose decision it is, and the step's `sample_share`
+    ticket_id: str = ""
+    sample_share: float = 0.0
 
 
 # A rule returns the route it decides, or None to let the next rule decide.
@@ -68,10 +72,36 @@ def score_threshold(data: RuleInput) -> RuleOutcome | None:
     return None
 
 
+SAMPLE = "sample"  # in a rule outcome's `fired`: a spot check (agents/spot_check.py)
+
+
+def sample(data: RuleInput) -> RuleOutcome | None:
+    """Spot check: the model's decision stands (auto_classify), and for `sample_share` of
+    the tickets, by ticket_id, a copy goes to reviewers. Last in its list (the definition
+    check insists), so only what no earlier rule routed elsewhere is sampled."""
+    pred = data.context.prediction
+    if pred is None or data.context.degraded or not sampled(data.ticket_id, data.sample_share):
+        return None
+    return RuleOutcome(
+        route="auto_classify",
+        category=pred.category,
+        fired=[SAMPLE],
+        reason=f"spot check ({data.sample_share:.0%} of automatic decisions)",
+    )
+
+
+def sampled(ticket_id: str, share: float) -> bool:
+    """Whether `ticket_id` falls in the sampled `share`: the same answer on every worker
+    and replay. Salted, so that the sample is not the gateway's canary share of ids."""
+    digest = hashlib.sha256(b"spot-check:" + ticket_id.encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < share
+
+
 RULES: dict[str, Rule] = {
     "refund_check": refund_check,
     "refund_intent": refund_intent,
     "score_threshold": score_threshold,
+    SAMPLE: sample,
 }
 
 
