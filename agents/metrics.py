@@ -29,3 +29,14 @@ BATCH_SPLITS = Counter(
 COMMITS_HELD = Counter(
     "workflow_commits_held_total", "Offset commits refused because outputs were not delivered"
 )
+# read by the alert rules (deploy/alerts): neither Kafka nor Redis exports metrics here
+DEPENDENCY_UP = Gauge(
+    "workflow_dependency_up",
+    "1 when the worker's last probe (every 5 s) reached the dependency (kafka, redis)",
+    ["dependency"],
+)
+CONSUMER_LAG = Gauge(
+    "workflow_consumer_lag",
+    "Records on the worker's assigned partitions not yet fetched, per topic",
+    ["topic"],
+)

@@ -6,6 +6,7 @@ worker (which keeps the state table) or as a pool (agents/pools.py).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import faust
@@ -16,6 +17,7 @@ from prometheus_client import generate_latest
 from agents.definition import Workflows, load_workflows
 from agents.engine import Dependencies, WorkflowEngine
 from agents.pools import StepSet, step_set
+from agents.probes import DependencyProbe, record_lag
 from agents.topology import Topology
 from feature_jobs.reader import OnlineFeatureReader
 from feature_jobs.views import VIEWS
@@ -87,6 +89,16 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
         except Exception:  # a seek during a broker outage: the next tick tries again
             log.warning("gap guard check failed", exc_info=True)
 
+    dependencies = DependencyProbe(settings)
+
+    @app.timer(5.0)
+    async def _probe_clock() -> None:
+        # gauges for the alert rules (agents/probes.py)
+        await dependencies.check()
+        # before the consumer has started there is no lag to tell yet
+        with contextlib.suppress(ConsumerNotStarted):
+            record_lag(app.consumer)
+
     @app.page("/metrics")
     async def _metrics(web, request):
         # aiohttp refuses a charset inside content_type; Prometheus reads this one fine
@@ -117,6 +129,7 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
             await deps.gateway.close()
             await deps.features.close()
             await probe.close()
+            await dependencies.close()
             engine.close()
 
     return app, engine
