@@ -83,6 +83,13 @@ def _topic(prefix: str | None) -> str:
 
 def publish(config: RoutingConfig, bootstrap: str, topic: str, timeout_s: float = 15.0) -> None:
     """Publish `config` keyed by its name (creating the compacted topic if missing)."""
+    publish_record(topic, config.name, config.model_dump_json().encode(), bootstrap, timeout_s)
+
+
+def publish_record(
+    topic: str, key: str, value: bytes, bootstrap: str, timeout_s: float = 15.0
+) -> None:
+    """Publish one record to a compacted topic, creating the topic if missing."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -102,8 +109,8 @@ def publish(config: RoutingConfig, bootstrap: str, topic: str, timeout_s: float 
     )
     producer.produce(
         topic,
-        key=config.name.encode(),
-        value=config.model_dump_json().encode(),
+        key=key.encode(),
+        value=value,
         on_delivery=lambda e, _m: errors.append(str(e)) if e is not None else None,
     )
     if producer.flush(timeout_s) != 0:
