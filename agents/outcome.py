@@ -9,7 +9,7 @@ from agents.errors import BadRecord, RetryableError
 from schemas.tickets import Envelope, ErrorClass
 
 # steps whose success may still leave the ticket degraded (a fallback decided)
-DEGRADABLE = frozenset({"inference_call"})
+DEGRADABLE = frozenset({"inference_call", "parallel"})
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,18 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 StepName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_]*$")]
 StepType = Literal[
-    "validator", "processor", "feature_lookup", "inference_call", "rule_engine", "router"
+    "validator",
+    "processor",
+    "feature_lookup",
+    "inference_call",
+    "rule_engine",
+    "router",
+    "parallel",
 ]
+# what a branch of a `parallel` step may be: a step that works on the ticket's context, not
+# one that admits (validator), ends (router) or nests a group
+BRANCH_TYPES = frozenset({"processor", "feature_lookup", "inference_call", "rule_engine"})
+ModelVersion = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[A-Za-z0-9._-]+$")]
 
 
 class RetryPolicy(BaseModel):
@@ -94,6 +104,22 @@ class Branch(BaseModel):
     step: StepName
 
 
+class Cascade(BaseModel):
+    """Call the cheap version `first`; only when its confidence is below `below`, `then`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    first: ModelVersion
+    then: ModelVersion
+    below: float = Field(gt=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _two_versions(self) -> Cascade:
+        if self.first == self.then:
+            raise ValueError("cascade: `first` and `then` must be different versions")
+        return self
+
+
 class Step(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -123,6 +149,17 @@ class Step(BaseModel):
     # a service (features, infer), so one slow call does not hold up the step's topic.
     # Tickets are independent and each is in one step at a time, so order is not at stake
     concurrency: int = Field(1, ge=1, le=16)
+    # inference_call: the model version every call names (None: the routing config picks),
+    # or a cascade of two versions
+    version: ModelVersion | None = None
+    cascade: Cascade | None = None
+    # parallel: steps run at once on the same ticket, joined before the next step. `join`:
+    # `all` must succeed (else the step fails as the failed branch's type does), or
+    # `best_available` (failed branches are degraded, the others used). `merge`: how the
+    # inference branches' predictions become one (mean of their scores, or the most confident)
+    branches: list[Step] = Field(default_factory=list)
+    join: Literal["all", "best_available"] = "all"
+    merge: Literal["mean", "max_confidence"] = "mean"
 
     @model_validator(mode="after")
     def _type_needs(self) -> Step:
@@ -147,7 +184,42 @@ class Step(BaseModel):
                 f"step {self.name!r}: the last branch of `next` needs no `when`, "
                 "so that every ticket has somewhere to go"
             )
+        self._check_inference_fields()
+        self._check_branches()
         return self
+
+    def _check_inference_fields(self) -> None:
+        if self.type != "inference_call" and (self.version or self.cascade):
+            raise ValueError(f"step {self.name!r}: `version` and `cascade` need inference_call")
+        if self.version and self.cascade:
+            raise ValueError(
+                f"step {self.name!r}: a cascade names its versions; drop `version` or `cascade`"
+            )
+
+    def _check_branches(self) -> None:
+        if self.type != "parallel":
+            if self.branches:
+                raise ValueError(f"step {self.name!r}: only a parallel step has `branches`")
+            return
+        if not self.branches:
+            raise ValueError(f"step {self.name!r}: a parallel step needs at least one branch")
+        names = [b.name for b in self.branches]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"step {self.name!r}: duplicate branch names {dupes}")
+        for b in self.branches:
+            where = f"step {self.name!r}, branch {b.name!r}"
+            if b.type not in BRANCH_TYPES:
+                allowed = sorted(BRANCH_TYPES)
+                raise ValueError(
+                    f"{where}: a branch cannot be of type {b.type} (allowed: {allowed})"
+                )
+            # a branch runs inside its group's agent: retries and what follows are the group's
+            if b.next is not None or b.retry is not None or b.retry_on or b.concurrency != 1:
+                raise ValueError(
+                    f"{where}: `next`, `retry`, `retry_on` and `concurrency` belong to the "
+                    "parallel step, not to a branch"
+                )
 
     def policy_for(self, code: str) -> RetryPolicy | None:
         return self.retry_on.get(code, self.retry)  # type: ignore[call-overload]

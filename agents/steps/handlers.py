@@ -16,7 +16,9 @@ from pydantic import ValidationError
 
 from agents.breaker import CircuitBreaker
 from agents.errors import BadRecord, RetryableError
+from agents.steps.cascade import run_cascade
 from agents.steps.clean import clean_text
+from agents.steps.record import Record
 from agents.steps.rules import RULES, RuleInput, apply_rules
 from feature_jobs.reader import OnlineFeatureReader
 from inference_gateway.client import GatewayClient
@@ -117,17 +119,24 @@ class InferenceStep(Handler):
         client: GatewayClient,
         deadline_ms: Callable[[Envelope], int],
         breaker: CircuitBreaker | None = None,
+        record: Record | None = None,
     ) -> None:
         self._client = client
         self._deadline_ms = deadline_ms  # of the ticket's own workflow version
         self.breaker = breaker or CircuitBreaker("inference_gateway")
+        self._record = record  # a cascade's calls get entries of their own
+
+    async def run_batch(self, envs: Sequence[Envelope], step: Step) -> Outcomes:
+        if step.cascade is not None:
+            return await run_cascade(self._run_batch, envs, step, self._record)
+        return await self._run_batch(envs, step)
 
     async def run(self, env: Envelope, step: Step) -> None:
         [outcome] = await self.run_batch([env], step)
         if outcome is not None:
             raise outcome
 
-    async def run_batch(self, envs: Sequence[Envelope], step: Step) -> Outcomes:
+    async def _run_batch(self, envs: Sequence[Envelope], step: Step) -> Outcomes:
         outcomes: Outcomes = [None] * len(envs)
         # past its deadline a ticket is degraded, but still gets one call within the step's
         # timeout: reviewers then see the model's advice and the result names its version
@@ -228,7 +237,9 @@ class InferenceStep(Handler):
     async def _predict(
         self, items: list[PredictInput], budget_ms: float, step: Step
     ) -> PredictResponse:
-        resp = await self._client.predict(step.model or "", items, timeout_ms=int(budget_ms))
+        resp = await self._client.predict(
+            step.model or "", items, timeout_ms=int(budget_ms), version=step.version
+        )
         # outputs are matched to tickets by position: an answer that does not line up is
         # the gateway's fault, not the tickets'
         if [out.id for out in resp.outputs] != [item.id for item in items]:
