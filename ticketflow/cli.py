@@ -100,31 +100,43 @@ def stack_up(
 @stack_app.command("down")
 def stack_down(secure: SecureOpt = False) -> None:
     """Stop what `stack up` started (with --secure: the secured broker and Redis alone)."""
-    from ticketflow import stack
+    from ticketflow import services, stack
 
+    if not secure:  # the demo's detached gateway, feature job and worker first
+        services.stop_detached(_settings())
     stack.down(_settings(), ["kafka-secure", "redis-secure"] if secure else None)
 
 
 @stack_app.command("status")
 def stack_status(secure: SecureOpt = False) -> None:
-    """Health of each part of the local stack."""
-    from ticketflow import stack
+    """Health of each part of the local stack, and of the demo's detached services."""
+    from ticketflow import services, stack
 
-    table = Table("part", "health", "details")
+    # narrow columns, long ones cut with an ellipsis: readable in 80 columns
+    table = Table("part", "health", "pid", "ports")
+    table.add_column("log / note", no_wrap=True, overflow="ellipsis", max_width=44)
     healthy = True
     for part in stack.status(_settings(), secure=secure):
-        info = vars(part) if hasattr(part, "__dict__") else dict(part._asdict())
-        ok = bool(info.get("healthy", info.get("up", False)))
-        healthy &= ok
-        details = ", ".join(
-            f"{k}={v}"
-            for k, v in info.items()
-            if k not in {"name", "healthy", "up"} and v is not None
-        )
-        table.add_row(str(info.get("name")), "[green]up[/]" if ok else "[red]down[/]", details)
+        healthy &= part.healthy
+        table.add_row(*_status_row(part))
+    for part in [] if secure else services.detached_status(_settings()):
+        table.add_row(*_status_row(part))
     console.print(table)
     if not healthy:
         raise typer.Exit(1)
+
+
+def _status_row(part) -> tuple[str, ...]:
+    pid = "-" if part.pid is None else str(part.pid) + ("" if part.ours else " (not ours)")
+    note = part.detail or (_relative(part.log) if part.log is not None and part.ours else "")
+    health = "[green]up[/]" if part.healthy else "[red]down[/]"
+    return part.name, health, pid, ",".join(map(str, part.ports)), note
+
+
+def _relative(path: Path) -> str:
+    with contextlib.suppress(ValueError):
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    return str(path)
 
 
 # ---- services -------------------------------------------------------------------------------

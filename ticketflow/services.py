@@ -115,3 +115,112 @@ def start_worker(
     service = start("worker", args, settings, env, log_name=log_name)
     wait_until(lambda: worker_ready(settings), service, 90, "serving")
     return service
+
+
+# ---- detached app services: the demo's gateway, feature job and worker ----------------------
+#
+# Like the stack's parts: started in their own session, a pid file in <state>/run/<name>.pid
+# and a log in <state>/logs/<name>.log, so they outlive the command that started them and
+# `ticketflow stack down` stops them. A service already answering (ours or someone else's)
+# is left alone.
+
+
+@dataclass(frozen=True)
+class AppPart:
+    name: str
+    args: tuple[str, ...]
+    timeout_s: float
+
+    def ready_url(self, settings: Settings) -> str:
+        if self.name == "gateway":
+            return settings.gateway_url.rstrip("/") + "/readyz"
+        port = settings.features.web_port if self.name == "features" else settings.worker_web_port
+        return f"http://127.0.0.1:{port}/ready"
+
+    def ready(self, settings: Settings) -> bool:
+        return http_ok(self.ready_url(settings))
+
+
+# start order: the worker needs the gateway; `stop_detached` goes the other way
+APP_PARTS: tuple[AppPart, ...] = (
+    AppPart("gateway", ("gateway",), 60),
+    AppPart("features", ("features", "run", "--loglevel", "warning"), 120),
+    AppPart("worker", ("worker", "--loglevel", "warning"), 120),
+)
+
+
+def _part(name: str) -> AppPart:
+    return next(p for p in APP_PARTS if p.name == name)
+
+
+def start_detached(settings: Settings, name: str) -> str:
+    """Start an app service detached unless it answers; wait until ready. Says what it did."""
+    from ticketflow.stack import process
+
+    part = _part(name)
+    if part.ready(settings):
+        return f"{name}: already running"
+    pid_file = process.pid_path(settings, name)
+    with process.stack_lock(settings):
+        record = process.live_record(pid_file)
+        if record is None:
+            argv = [sys.executable, "-m", "ticketflow.cli", *part.args]
+            log = process.log_path(settings, name)
+            record = process.spawn(argv, log=log, pid_file=pid_file, env=dict(os.environ))
+    _await_detached(settings, part, record)
+    return f"{name}: started, pid {record.pid}"
+
+
+def _await_detached(settings: Settings, part: AppPart, record) -> None:
+    from ticketflow.stack import process
+
+    log = process.log_path(settings, part.name)
+    deadline = time.monotonic() + part.timeout_s
+    while not part.ready(settings):
+        if not process.record_alive(record):
+            process.remove_pid_file(process.pid_path(settings, part.name))
+            raise RuntimeError(f"{part.name} exited during start-up; see {log}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{part.name}: not ready after {part.timeout_s:.0f} s; see {log}")
+        time.sleep(0.25)
+
+
+def stop_detached(settings: Settings, timeout_s: float = 30) -> list[str]:
+    """Stop the app services this module started (their pid files); returns their names."""
+    from ticketflow.stack import process
+
+    stopped = []
+    with process.stack_lock(settings):
+        for part in reversed(APP_PARTS):
+            pid_file = process.pid_path(settings, part.name)
+            record = process.live_record(pid_file)
+            if record is not None and process.stop_record(record, timeout_s=timeout_s):
+                stopped.append(part.name)
+            process.remove_pid_file(pid_file)
+    return stopped
+
+
+def detached_status(settings: Settings) -> list:
+    """A PartStatus per app service that runs detached or answers (none when neither)."""
+    from ticketflow.stack import process
+
+    out = []
+    for part in APP_PARTS:
+        pid_file = process.pid_path(settings, part.name)
+        record = process.live_record(pid_file)
+        healthy = part.ready(settings)
+        if record is None and not healthy:
+            continue
+        port = int(part.ready_url(settings).rsplit(":", 1)[1].split("/", 1)[0])
+        out.append(
+            process.PartStatus(
+                name=part.name,
+                healthy=healthy,
+                ports=(port,),
+                pid=None if record is None else record.pid,
+                ours=record is not None,
+                log=process.log_path(settings, part.name) if record is not None else None,
+                detail="" if healthy else "process runs but is not ready",
+            )
+        )
+    return out
