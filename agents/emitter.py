@@ -1,6 +1,10 @@
 """Everything the steps write besides results: envelopes to the next step, audit records,
 decision-path entries and dead letters. All go through one producer, whose deliveries the
-commit barrier awaits before input offsets are committed."""
+commit barrier awaits before input offsets are committed.
+
+Each audit record closes the ticket's span of that step (streams/tracing.py), and the
+ticket's next record carries that span as its `traceparent`, so the next step continues it.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from streams.headers import (
 )
 from streams.producer import AsyncProducer
 from streams.topics import Topics
+from streams.tracing import configure, step_spans
 
 log = logging.getLogger(__name__)
 
@@ -36,15 +41,18 @@ class Emitter:
         self.producer = producer
         self.topics = topics
         self.max_replays = max_replays
+        # here, not in the worker's main: the one object every worker process builds once;
+        # without an OTLP endpoint nothing is installed and spans cost one check
+        configure("ticketflow-worker")
 
     def send(self, topic: str, env: Envelope) -> None:
         self.producer.produce(
             topic, env.ticket.ticket_id.encode(), encode(env), self.trace_headers(env)
         )
 
-    @staticmethod
-    def trace_headers(env: Envelope) -> list[tuple[str, bytes]]:
-        return [("traceparent", child_traceparent(env.trace_id).encode())]
+    def trace_headers(self, env: Envelope) -> list[tuple[str, bytes]]:
+        parent = step_spans.traceparent(env) or child_traceparent(env.trace_id)
+        return [("traceparent", parent.encode())]
 
     def record(
         self, env: Envelope, step: Step, status: StepStatus, t0: float, detail: str | None = None
@@ -82,6 +90,8 @@ class Emitter:
             at=utcnow(),
         )
         self.producer.produce(self.topics.audit, env.ticket.ticket_id.encode(), encode(audit))
+        status = entry.status.value if isinstance(entry.status, StepStatus) else str(entry.status)
+        step_spans.finish(env, step.name, status, entry.latency_ms)
 
     def dead_letter(
         self,

@@ -17,13 +17,16 @@ from typing import Any
 from agents import metrics
 from agents.emitter import Emitter, utcnow
 from agents.outcome import DEGRADABLE, DeadLetter, Degraded, Ok, Retry, StepOutcome, outcome_of
+from agents.records import traceparent
 from agents.state import States, new_state
 from agents.steps.handlers import Handler, degrade, remaining_ms
 from agents.topology import Topology
+from inference_gateway.tracing import caller_spans
 from schemas.tickets import Envelope, ErrorClass, StepStatus
 from schemas.workflow import Step
 from streams.admin import RETRY_TIERS_MS
 from streams.topics import Topics
+from streams.tracing import step_spans
 
 log = logging.getLogger(__name__)
 Item = tuple[Any, Envelope]  # an envelope and the event that carried it
@@ -36,6 +39,11 @@ def fresh_state(env: Envelope) -> dict:
     )
     state["progress"] = len(env.path)
     return state
+
+
+def _carried(event: Any) -> str | None:
+    """The `traceparent` of the record that carried an envelope here: its sender's span."""
+    return traceparent(getattr(getattr(event, "message", None), "headers", None))
 
 
 class StepRunner:
@@ -68,7 +76,11 @@ class StepRunner:
         going_on = []
         for its in by_version.values():
             own = self.topology.step_of(its[0][1], step.name)
-            results = await self._handle(own, [env for _, env in its])
+            envs = [env for _, env in its]
+            step_spans.start(own.name, ((env, _carried(event)) for event, env in its))
+            # the gateway call of the infer step joins the traces of the tickets it carries
+            with caller_spans(step_spans.contexts(envs)):
+                results = await self._handle(own, envs)
             for (event, env), result in zip(its, results, strict=True):
                 outcome = outcome_of(result, env, own.type)
                 if isinstance(result, BaseException) and not isinstance(outcome, Retry):
@@ -117,6 +129,7 @@ class StepRunner:
         keyed: bool,
     ) -> None:
         self.emitter.dead_letter(event, step, error_class, reason, env.attempt, env.trace_id)
+        step_spans.fail(env, error_class.value)
         if keyed:
             self.states.move(event, fresh_state(env), "dead_lettered", step, env.attempt)
 

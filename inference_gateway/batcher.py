@@ -36,8 +36,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from opentelemetry.trace import SpanContext
 
-from inference_gateway import metrics
+from inference_gateway import metrics, tracing
 from inference_gateway.errors import ErrorCode, GatewayError
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,8 @@ class _Request:
     enqueued_at: float
     pending: int
     scores: np.ndarray | None = None
+    # the caller's span (tracing on), which the batch serving it links to
+    span: SpanContext | None = None
 
     def fail(self, error: GatewayError) -> None:
         if not self.future.done():
@@ -250,7 +253,7 @@ class DynamicBatcher:
             self._gap.add((now - self._last_arrival) / n)
         self._last_arrival = now
         future: asyncio.Future[np.ndarray] = asyncio.get_running_loop().create_future()
-        request = _Request(texts, deadline, future, enqueued_at=now, pending=n)
+        request = _Request(texts, deadline, future, now, n, span=tracing.current())
         self._queue.append(_Slice(request, 0, n))
         self._change_depth(n)
         self._wakeup.set()
@@ -383,7 +386,9 @@ class DynamicBatcher:
             # the latest deadline of the batch: no input is cut short by an earlier one
             timeout_s = max(s.request.deadline for s in batch) - time.monotonic()
             started = time.monotonic()
-            scores = await self._call(texts, max(timeout_s, 0.001))
+            causes = [r.span for r in _requests_of(batch)]
+            with tracing.batch_span(self.model, self.version, len(texts), causes):
+                scores = await self._call(texts, max(timeout_s, 0.001))
             cost = time.monotonic() - started
             self._cost.add(len(texts), cost)
             metrics.BATCH_SECONDS.labels(self.model, self.version).observe(cost)

@@ -24,6 +24,7 @@ import aiohttp
 import orjson
 from pydantic import SecretStr, ValidationError
 
+from inference_gateway import tracing
 from inference_gateway.config import DEFAULT_GATEWAY_URL, TOKEN_ENV, gateway_token
 from inference_gateway.errors import ErrorCode, GatewayError
 from schemas.gateway import ErrorResponse, PredictInput, PredictResponse
@@ -86,7 +87,9 @@ class GatewayClient:
         """Classify `inputs` with `model`; `version` pins one, else the routing config picks
         per input (each output's `version` says which answered it).
 
-        `headers` travel with the request (a W3C `traceparent`, say).
+        `headers` travel with the request. With tracing on, the call is a span of the
+        inputs' traces (inference_gateway/tracing.py), carried by a `traceparent` header
+        unless `headers` has one.
         """
         payload: dict[str, Any] = {
             "inputs": [item.model_dump(mode="json") for item in inputs],
@@ -98,9 +101,11 @@ class GatewayClient:
             data = orjson.dumps(payload)
         except TypeError as error:  # a feature value JSON cannot carry (an int past 64 bits)
             raise GatewayError(ErrorCode.INVALID_INPUT, f"inputs are not JSON: {error}") from None
-        status, body = await self._post(f"/v1/models/{model}/predict", data, timeout_ms, headers)
-        if status != 200:
-            raise error_from_response(status, body)
+        path = f"/v1/models/{model}/predict"
+        with tracing.client_span(model, inputs) as traced:
+            status, body = await self._post(path, data, timeout_ms, {**traced, **(headers or {})})
+            if status != 200:
+                raise error_from_response(status, body)
         try:
             return PredictResponse.model_validate_json(body)
         except ValidationError as error:

@@ -31,7 +31,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from inference_gateway import metrics
+from inference_gateway import metrics, tracing
 from inference_gateway.cache import build_tables as cache_tables
 from inference_gateway.config import GatewayConfig
 from inference_gateway.errors import ErrorCode, GatewayError, register_secret
@@ -156,7 +156,11 @@ async def predict(request: web.Request) -> web.Response:
         return error_response(error, headers={"Retry-After": str(RETRY_AFTER_S)})
     limit.active += 1
     try:
-        return await _predict(request, service, model, label)
+        with tracing.server_span(request.headers, label) as span:
+            response = await _predict(request, service, model, label)
+            if span is not None and response.status != 200:
+                tracing.failed(span, str(response.status))
+            return response
     finally:
         limit.active -= 1
 
@@ -306,6 +310,7 @@ def tune_interpreter() -> None:
 async def serve(config: GatewayConfig, backend: InferenceBackend | None = None) -> None:
     """Run until SIGTERM or SIGINT, then drain and return."""
     tune_interpreter()
+    tracing.configure("ticketflow-gateway")  # only with an OTLP endpoint (docs/tracing.md)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -17,6 +17,7 @@ from tritonclient.grpc import InferInput, InferRequestedOutput
 from tritonclient.grpc.aio import InferenceServerClient
 from tritonclient.utils import InferenceServerException
 
+from inference_gateway import tracing
 from inference_gateway.errors import ErrorCode, GatewayError, redact
 from inference_gateway.routing import triton_version
 
@@ -131,16 +132,17 @@ class TritonClient:
         for attempt in range(self._connect_retries + 1):
             try:
                 left_s = max(deadline - loop.time(), 0.001)
-                result = await self._grpc().infer(
-                    model,
-                    inputs,
-                    model_version=triton_version(version),
-                    outputs=outputs,
-                    # Triton's queue timeout (µs), for a model config that allows one (ours
-                    # does not: see its config.pbtxt); else ignored by Triton
-                    timeout=int(left_s * 1e6),
-                    client_timeout=left_s,
-                )
+                with tracing.triton_span(model, version, len(texts)):
+                    result = await self._grpc().infer(
+                        model,
+                        inputs,
+                        model_version=triton_version(version),
+                        outputs=outputs,
+                        # Triton's queue timeout (µs), for a model config that allows one
+                        # (ours does not: see its config.pbtxt); else ignored by Triton
+                        timeout=int(left_s * 1e6),
+                        client_timeout=left_s,
+                    )
                 return _scores(result.as_numpy(OUTPUT_NAME), len(texts))
             except InferenceServerException as error:
                 if not self._may_retry(error, attempt, deadline - loop.time()):
