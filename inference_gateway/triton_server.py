@@ -9,6 +9,12 @@ Python version (`python_backend_stubs/3.X/`). What pytriton itself does, and we 
 And one thing pytriton does not: the stub links `libpython3.X.so.1.0` by soname, which finds the
 system's libpython before pyenv's, so LD_LIBRARY_PATH must start with this interpreter's LIBDIR.
 
+Model control is **explicit** (`--model-control-mode=explicit`): every model present at start
+is loaded (`--load-model=*`, which Triton wants as the only --load-model), and later versions are
+loaded through the repository API without a restart (`inference_gateway.model.rollout`,
+docs/inference.md "Rolling out a model version"). Pass `model_control="none"` for a server
+that must not accept load/unload requests.
+
     python -m inference_gateway.triton_server [--model-repository DIR] [--grpc-port 8001]
 """
 
@@ -77,15 +83,27 @@ def tritonserver_command(
     host: str = "127.0.0.1",
     backend_dir: Path | None = None,
     log_verbose: int = 0,
+    model_control: str = "explicit",
+    load_models: Sequence[str] = ("*",),
 ) -> list[str]:
-    """argv of a CPU tritonserver serving every model (and version) of `model_repository`."""
+    """argv of a CPU tritonserver serving every model (and version) of `model_repository`.
+
+    Under explicit control only `load_models` are loaded at start ("*": all, and then alone);
+    the rest waits for a load request. Under "none" every model loads and none can be added.
+    """
+    if model_control not in ("explicit", "none"):
+        raise ValueError("model_control must be 'explicit' or 'none'")
+    if "*" in load_models and len(load_models) > 1:
+        raise ValueError("--load-model=* must be the only --load-model (Triton refuses to start)")
     dist = dist_dir()
+    loads = [f"--load-model={m}" for m in load_models] if model_control == "explicit" else []
     return [
         str(dist / "bin" / "tritonserver"),
         f"--model-repository={Path(model_repository).resolve()}",
         f"--backend-directory={prepare_backend_dir(backend_dir)}",
         f"--cache-directory={dist / 'caches'}",
-        "--model-control-mode=none",
+        f"--model-control-mode={model_control}",
+        *loads,
         f"--grpc-address={host}",
         f"--grpc-port={grpc_port}",
         f"--http-address={host}",
@@ -199,10 +217,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--http-port", type=int, default=8000)
     ap.add_argument("--metrics-port", type=int, default=8002)
     ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--model-control", choices=("explicit", "none"), default="explicit")
     ap.add_argument("--print", action="store_true", help="print the env and argv, do not run")
     args = ap.parse_args(argv)
     cmd = tritonserver_command(
-        args.model_repository, args.grpc_port, args.http_port, args.metrics_port, host=args.host
+        args.model_repository,
+        args.grpc_port,
+        args.http_port,
+        args.metrics_port,
+        host=args.host,
+        model_control=args.model_control,
     )
     env = tritonserver_env()
     if args.print:

@@ -31,7 +31,8 @@ def test_command(tmp_path: Path) -> None:
     assert f"--backend-directory={tmp_path / 'be'}" in cmd
     for flag in ("--grpc-port=9001", "--http-port=9000", "--metrics-port=9002"):
         assert flag in cmd
-    for flag in ("--model-control-mode=none", "--log-verbose=0", "--allow-metrics=true"):
+    # explicit model control, every model loaded at start (ticketflow model deploy adds more)
+    for flag in ("--model-control-mode=explicit", "--load-model=*", "--log-verbose=0"):
         assert flag in cmd
 
 
