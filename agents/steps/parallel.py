@@ -143,13 +143,16 @@ def _fail(env: Envelope, failures: list[tuple[Step, BaseException | str]]) -> Ba
 def _merge_into(env: Envelope, succeeded: list[tuple[Step, Envelope]], step: Step) -> None:
     """What the succeeding branches added, in branch order; predictions merged into one."""
     ctx = env.context
+    # what a branch changed is judged against the ticket before the step, not against
+    # what an earlier branch merged in
+    clean_text, rule = ctx.clean_text, ctx.rule
     predictions: list[Prediction] = []
     for branch, copy in succeeded:
         got = copy.context
         ctx.features.update(got.features)
-        if got.clean_text != ctx.clean_text:
+        if got.clean_text != clean_text:
             ctx.clean_text = got.clean_text
-        if got.rule is not None and got.rule != ctx.rule:
+        if got.rule != rule:
             ctx.rule = got.rule
         # an inference branch's answer counts even when equal to one from an earlier attempt
         if got.prediction is not None and branch.type == "inference_call":
