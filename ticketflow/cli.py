@@ -24,6 +24,7 @@ from ingest import cli as ingest_cli
 from streams.kafka_config import confluent_config
 from streams.settings import Settings, get_settings
 from streams.topics import Topics
+from ticketflow import eval_after_sales, review_cli
 
 if TYPE_CHECKING:
     from ticketflow.replay import Report
@@ -260,9 +261,21 @@ def status(ticket_id: str) -> None:
         console.print(f"[red]no worker answers on {_ticket_url(ticket_id)}: {exc}[/]")
         raise typer.Exit(2) from exc
     if state is None:
-        console.print(f"[red]unknown ticket {ticket_id!r}[/]")
+        console.print(f"[red]unknown ticket {escape(repr(ticket_id))}[/]")
         raise typer.Exit(1)
+    console.print(escape(_status_line(state)), highlight=False)
     console.print_json(orjson.dumps(state).decode())
+
+
+def _status_line(state: dict) -> str:
+    """One line first: the workflow and version the ticket runs on, and where it is."""
+    where = state.get("status", "?")
+    if state.get("route"):
+        where += f", route {state['route']}"
+    if state.get("spot_check"):
+        where += f", spot check {state['spot_check']}"
+    workflow = f"{state.get('workflow', '?')} v{state.get('workflow_version', '?')}"
+    return f"{state.get('ticket_id', '?')}: workflow {workflow}, {where}"
 
 
 def _ticket_url(ticket_id: str) -> str:
@@ -402,45 +415,9 @@ def _print_replay(report: Report) -> None:
         console.print(f"[yellow]partitions not read to their end:[/] {report.unread}")
 
 
-# ---- review ---------------------------------------------------------------------------------
+# ---- review (ticketflow/review_cli.py) -------------------------------------------------------
 
-review_app = typer.Typer(help="Human review of tickets in manual_review.", no_args_is_help=True)
-app.add_typer(review_app, name="review")
-
-
-@review_app.command("decide")
-def review_decide(
-    ticket_id: str,
-    category: Annotated[str, typer.Option("--category", "-c", help="the reviewer's category")],
-    note: Annotated[str | None, typer.Option("--note")] = None,
-    reviewer: Annotated[str, typer.Option("--reviewer")] = "cli",
-) -> None:
-    """Decide a ticket that awaits review; it completes with this category."""
-    from agents.review import ReviewRefused, check_decidable
-    from schemas.tickets import ReviewDecision
-    from streams.producer import BASE_CONFIG
-
-    try:
-        decision = ReviewDecision(
-            ticket_id=ticket_id, category=category, note=note, reviewer=reviewer
-        )
-        check_decidable(ticket_id, _ticket_state(ticket_id))
-    except (ValueError, ReviewRefused) as exc:
-        console.print(f"[red]refused:[/] {exc}")
-        raise typer.Exit(1) from exc
-    from confluent_kafka import Producer
-
-    s = _settings()
-    producer = Producer(confluent_config(s, BASE_CONFIG))
-    producer.produce(
-        Topics(s.topic_prefix).review_decisions,
-        key=ticket_id.encode(),
-        value=decision.model_dump_json().encode(),
-    )
-    if producer.flush(10):
-        console.print("[red]the decision was not delivered[/]")
-        raise typer.Exit(1)
-    console.print(f"decided {ticket_id}: {decision.category.value}")
+app.add_typer(review_cli.review_app, name="review")
 
 
 # ---- config ---------------------------------------------------------------------------------
@@ -482,6 +459,7 @@ bench_app.command("ingest")(ingest_cli.bench_ingest)
 app.command("ingest")(ingest_cli.ingest)
 app.add_typer(ingest_cli.keys_app, name="keys")
 app.add_typer(ingest_cli.limits_app, name="limits")
+app.add_typer(eval_after_sales.app, name="eval")  # offline evaluations (eval after-sales)
 
 
 @bench_app.command("pipeline")

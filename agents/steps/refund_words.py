@@ -14,25 +14,39 @@ import re
 # Refund, return and exchange words. "return" alone is too broad ("the API returns 500",
 # "the return key"), so it must be about sending something back; 退 alone is too ("退出登录",
 # "退订"), so it must be the verb of a refund or return.
+_NOT_GOODS = r"(?!invoice|receipt|bill|email|form|document|contract|link|code|message)"
 _EN = (
-    r"\brefund|\bmoney back\b|\bcharge ?back\b|\breimburse|"
-    r"\b(?:want|get|give me|need) (?:back )?my (?:money|cash)\b|"
+    r"\brefund|\bmoney back\b|\bcharge ?back\b|\breimburse|\bstore credit\b|"
+    r"\b(?:pay|paid) (?:me )?back\b|\b(?:money|payment|charge) (?:returned|reversed)\b|"
+    r"\breverse (?:the|my|that|this) (?:payment|charge|transaction)\b|\bcredited back\b|"
+    # desire verbs as lookbehinds, so that a negation before them stays before the match
+    r"(?:(?<=want )|(?<=get )|(?<=give me )|(?<=need ))(?:back )?my (?:money|cash\b|\$)|"
     r"\breturn(?:ing|ed)? (?:it|this|that|them|these|those|the|my|an?|both|everything)\b|"
-    r"\breturn (?:request|label|shipping|window)|\b(?:want|like|need) to return\b|"
-    r"\b(?:send|ship|mail|bring|take|post) (?:it|this|that|them|these|those|the \w+) back\b|"
-    r"\b(?:exchange|swap) (?:it|this|that|them|these|the|my|an?|for)\b|"
+    r"\breturn (?:request|label|shipping|window)|"
+    r"(?:(?<=want to )|(?<=like to )|(?<=need to ))return\b|"
+    rf"\b(?:send|ship|mail|bring|take|post) (?:it|this|that|them|these|those|the {_NOT_GOODS}\w+) "
+    r"back\b|\b(?:send|ship|mail|bring|post)(?:ing)? (?:it )?back\b|"
+    r"\b(?:exchange|swap) (?:it|this|that|them|these|the|an?|for)\b|"
+    r"\b(?:exchange|swap) my (?!(?:\w+ )?(?:points|miles|coupons?|vouchers?|currency))|"
     r"\breplacement (?:unit|item|one)\b|\b(?:send|give) me a (?:new|replacement) one\b|"
-    r"\b(?:want|need|like|get|request|requesting) (?:a )?replacement\b|"
+    r"(?:(?<=want )|(?<=need )|(?<=like )|(?<=get )|(?<=request ))(?:a )?replacement\b|"
+    r"\b(?:a|the) replacement\b(?! (?:card|code|password|link|key))|"
+    r"\b(?:get|have) (?:it |this |them |these )?(?:replaced|exchanged|swapped|refunded)\b|"
     r"\breplace (?:it|this|that|them|these|the \w+)\b|"
     r"\b(?:just|only) (?:a |an |the )?(?:replacement|exchange|new one)\b"
 )
 _ZH = (
-    r"退款|退货|退钱|退费|退回|退掉|退换|换货|换新|调换|"
+    r"退款|退货|退钱|退费|(?<!被)退回|退掉|退换|换货|换新|调换|退给我|原路(?:退回|返回)|"
     r"钱(?:还|退|返)(?:给)?我|把钱(?:还|退|返)|钱(?:要|拿)回来|返还货款|"
+    r"钱[^，。,.!?！？]{0,6}(?:还给我|还我|退给我|打回|返还|返回|回来|拿回)|"
+    r"(?:(?<=想)|(?<=要)|(?<=想 )|(?<=要 ))return\b|"
+    r"(?:要|还)回?我的钱|还我钱|(?<!被)寄回|寄还|(?:申请|走|办)了?售后|"
+    r"(?:申请|走|办)了?(?:七|7)天无理由|"
     # lookbehinds, so that a negation before the verb stays before the match
     r"(?:(?<=能)|(?<=可以)|(?<=要)|(?<=想)|(?<=给我)|(?<=帮我)|(?<=申请)|(?<=怎么)|(?<=如何)|"
     r"(?<=不给)|(?<=不让)|(?<=拒绝))退(?![出订休役步缩])|"
-    r"退(?:了吧|吗|一下)|换(?:一个|个|一台|一件|一双)新的"
+    r"退(?:了吧|吗|一下)|换(?:一个|个|一台|一件|一双)?(?:新的|好的)|"
+    r"换(?:大|小)一?码|换(?:个|一个)?(?:尺码|码数|颜色)"
 )
 REQUEST = re.compile(f"{_EN}|{_ZH}", re.IGNORECASE)
 
