@@ -2,7 +2,7 @@
 # Makes the files docker-compose.yml mounts as secrets, once, in deploy/secrets/ (0700 folder,
 # 0600 files, never committed): a CA and the broker's PEM key and certificate for Kafka's
 # SASL_SSL listener (names: kafka, localhost), one SCRAM password per Kafka principal, the
-# gateway's bearer token and the audit key. Run it again to make only what is missing.
+# gateway's bearer token, the audit key and Grafana's admin password. Run it again to make only what is missing.
 set -eu
 cd "$(dirname "$0")"
 umask 077
@@ -10,7 +10,8 @@ mkdir -p secrets
 chmod 700 secrets
 cd secrets
 
-for name in kafka_admin_password kafka_worker_password kafka_ingest_password gateway_token audit_key; do
+for name in kafka_admin_password kafka_worker_password kafka_ingest_password gateway_token audit_key \
+  grafana_admin_password; do
   [ -s "$name" ] || openssl rand -hex 32 > "$name"
 done
 
@@ -35,4 +36,5 @@ fi
 chmod 644 kafka_ca.pem
 chmod 600 kafka_ca.key
 chmod 644 kafka_broker.pem kafka_admin_password kafka_worker_password kafka_ingest_password gateway_token audit_key
+chmod 644 grafana_admin_password
 echo "compose secrets in $(pwd) (values not shown)"
