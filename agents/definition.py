@@ -14,6 +14,7 @@ import yaml
 from pydantic import ValidationError
 
 from agents.steps.handlers import KNOWN_RULES, PROCESSORS
+from agents.steps.rules import SAMPLE
 from feature_jobs.views import VIEWS
 from schemas.selection import WorkflowSelector
 from schemas.workflow import WorkflowDefinition
@@ -43,7 +44,7 @@ def parse_definition(data: object, source: str = "<definition>") -> WorkflowDefi
         raise DefinitionError(
             f"{source}: invalid workflow definition\n" + "\n".join(lines)
         ) from exc
-    problems = list(_unknown_names(definition))
+    problems = [*_unknown_names(definition), *_sample_problems(definition)]
     if problems:
         raise DefinitionError(f"{source}: invalid workflow definition\n" + "\n".join(problems))
     return definition
@@ -67,6 +68,16 @@ def _unknown_names(definition: WorkflowDefinition):
         for view in s.views:
             if view not in VIEWS:
                 yield f"{where}.views: unknown feature view {view!r} (known: {sorted(VIEWS)})"
+
+
+def _sample_problems(definition: WorkflowDefinition):
+    """`sample` keeps a decision as automatic: it must come after every rule that could
+    route the ticket elsewhere, and a share without it would sample nothing."""
+    for s, where in _with_branches(definition):
+        if SAMPLE in s.rules and s.rules[-1] != SAMPLE:
+            yield f"{where}.rules: `{SAMPLE}` must be the last rule (it samples what is left)"
+        if s.sample_share > 0 and SAMPLE not in s.rules:
+            yield f"{where}.sample_share: set, but `{SAMPLE}` is not one of the step's rules"
 
 
 def _loc(data: object, loc: tuple) -> str:

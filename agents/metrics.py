@@ -18,6 +18,13 @@ RETRIES = Counter("retries_total", "Step attempts sent to a retry tier", ["step"
 DUPLICATES = Counter("workflow_duplicates_total", "Second arrivals of a ticket_id, dropped")
 BREAKER = Gauge("circuit_breaker_state", "0 closed, 1 half-open, 2 open", ["target"])
 REVIEWS = Counter("workflow_review_decisions_total", "Review decisions, by outcome", ["outcome"])
+# the human-measured quality of each model version: agreement rate = agree / (agree + disagree)
+REVIEW_AGREEMENT = Counter(
+    "workflow_review_agreement_total",
+    "Reviewers' decisions set against the category the pipeline proposed, by model version, "
+    "kind (spot_check, manual) and verdict (agree, disagree)",
+    ["model_version", "kind", "verdict"],
+)
 INFRA_RETRIES = Counter(
     "workflow_infra_retries_total",
     "Batches or commits retried after an infrastructure error (broker, Redis, gateway)",

@@ -24,6 +24,7 @@ from confluent_kafka import KafkaException
 from agents import metrics
 from agents.completion import CompletionLedger
 from agents.emitter import Emitter, utcnow
+from agents.spot_check import copy_records, state_fields
 from agents.state import TicketStates, new_state
 from agents.topology import Topology
 from schemas.tickets import Category, DecisionStep, Envelope, StepStatus, TicketResult
@@ -124,6 +125,8 @@ class Router:
             headers = self.emitter.trace_headers(item.env)
             records.append((self.topics.out(route), tid, encode(item.result), headers, None))
             records.append((self.topics.completed, tid, route.encode(), [], partition))
+            # a sampled automatic decision: its copy for reviewers commits with it
+            records.extend(copy_records(self.topics, item.env, item.result, headers))
         try:
             await producer.commit(records)
         except KafkaException as exc:
@@ -157,7 +160,10 @@ class Router:
             )
         else:
             status = "degraded" if result.degraded else "completed"
-            self.states.move(item.event, fresh, status, router, env.attempt, route=result.route)
+            extra = state_fields(env, result)  # a spot check keeps its result for the review
+            self.states.move(
+                item.event, fresh, status, router, env.attempt, route=result.route, **extra
+            )
         metrics.TICKETS.labels(result.route).inc()
         metrics.WORKFLOW_DURATION.observe(result.latency_ms / 1000)
         self.emitter.audit(env, self.topology.step_of(env, router), env.path[-1])

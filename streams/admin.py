@@ -21,6 +21,8 @@ def pipeline_topics(topics: Topics, steps: Iterable[str], routes: Iterable[str])
     names.update({topics.retry(d): {} for d in RETRY_TIERS_MS})
     names.update({topics.out(r): {} for r in [*routes, "reviewed"]})
     names[topics.review_decisions] = {}
+    names[topics.review_spot_checks] = {}
+    names[topics.review_outcomes] = {}
     names[topics.state] = {}
     names[topics.completed] = {"cleanup.policy": "compact"}
     names[topics.audit] = {"retention.ms": str(AUDIT_RETENTION_MS)}

@@ -62,6 +62,16 @@ class Topics:
         return self._name("tickets.review.decisions")
 
     @property
+    def review_spot_checks(self) -> str:
+        """Copies of sampled automatic decisions, for reviewers (schemas/review.py)."""
+        return self._name("tickets.review.spot_checks")
+
+    @property
+    def review_outcomes(self) -> str:
+        """Reviewers' decisions next to the model's: `ticketflow review stats` reads it."""
+        return self._name("tickets.review.outcomes")
+
+    @property
     def audit(self) -> str:
         return self._name("tickets.audit")
 
