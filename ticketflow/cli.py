@@ -24,7 +24,7 @@ from ingest import cli as ingest_cli
 from streams.kafka_config import confluent_config
 from streams.settings import Settings, get_settings
 from streams.topics import Topics
-from ticketflow import eval_after_sales, review_cli
+from ticketflow import eval_after_sales, model_cli, review_cli
 
 if TYPE_CHECKING:
     from ticketflow.replay import Report
@@ -459,6 +459,7 @@ bench_app.command("ingest")(ingest_cli.bench_ingest)
 app.command("ingest")(ingest_cli.ingest)
 app.add_typer(ingest_cli.keys_app, name="keys")
 app.add_typer(ingest_cli.limits_app, name="limits")
+app.add_typer(model_cli.model_app, name="model")  # ticketflow/model_cli.py
 app.add_typer(eval_after_sales.app, name="eval")  # offline evaluations (eval after-sales)
 
 

@@ -20,19 +20,31 @@ import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from schemas.tickets import CATEGORIES
 
-from . import handwritten, train
 from .feedback import Example
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 TYPES = ("v1", "v2", "v2-int8")
 BUILD_FILE = "build.json"
 DEFAULT_FEEDBACK_WEIGHT = 3
-V1_MODEL = train.MODEL_DIR / "1" / "model.py"  # version 1's serving code, tracked in git
-INT8_MODEL = train.HERE / "triton_v2_int8.py"
+HERE = Path(__file__).resolve().parent
+MODEL_DIR = HERE.parent / "model_repository" / "ticket_classifier"  # as train.MODEL_DIR
+V1_MODEL = MODEL_DIR / "1" / "model.py"  # version 1's serving code, tracked in git
+INT8_MODEL = HERE / "triton_v2_int8.py"
+
+
+def _train() -> ModuleType:
+    # scikit-learn and scipy load in ~1 s: only for a build, not for every `ticketflow` command
+    from . import train
+
+    return train
 
 
 def _with_feedback(
@@ -44,6 +56,9 @@ def _with_feedback(
 
 
 def build_v1(out: Path, feedback: Sequence[Example], weight: int) -> dict:
+    from . import handwritten
+
+    train = _train()
     train_rows, test_rows = train.split()
     texts, labels = _with_feedback(train_rows, feedback, weight)
     coef, intercept = train.fit(texts, list(labels))
@@ -59,6 +74,7 @@ def build_v1(out: Path, feedback: Sequence[Example], weight: int) -> dict:
 
 def _encoder(out: Path, int8: bool) -> dict:
     """encoder.onnx and tokenizer.json into `out`: INT8 from quantize.py, else v2's."""
+    train = _train()
     if int8:
         from . import quantize
 
@@ -73,8 +89,9 @@ def _encoder(out: Path, int8: bool) -> dict:
 
 
 def build_e5(out: Path, feedback: Sequence[Example], weight: int, *, int8: bool) -> dict:
-    from . import e5_runtime
+    from . import e5_runtime, handwritten
 
+    train = _train()
     info = _encoder(out, int8)
     for name in train.V2_COPIED:
         shutil.copyfile(train.HERE / name, out / name)
@@ -120,6 +137,7 @@ def build(
         raise ValueError(f"type must be one of {', '.join(TYPES)}")
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} is not empty")
+    train = _train()
     train.check_labels_file()
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

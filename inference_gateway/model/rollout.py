@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ MODEL = DEFAULT_CONFIG.name
 HISTORY_LIMIT = 20
 FIRST_BUILT_VERSION = 3  # 1 and 2 are train.py's, built at set-up
 LOAD_TIMEOUT_S = 120.0
+QUIET_S = 2.0  # no request for this long before a version is unloaded (see wait_quiet)
 SMOKE_TEXT = "I was charged twice for my order, please refund one payment"
 
 
@@ -298,10 +300,38 @@ def retire(target: Target, version: int, *, keep_files: bool = False) -> list[in
     ):
         raise RolloutError(f"v{version} still takes traffic: promote or roll back first")
     remaining = [v for v in loaded(target) if v != version]
+    if version in loaded(target):
+        wait_quiet(target, version)
     load_versions(target, remaining)
     if not keep_files:
         shutil.rmtree(target.model_dir / str(version), ignore_errors=True)
     return remaining
+
+
+def inference_count(target: Target, version: int) -> int:
+    """Requests Triton has executed on `version` (its statistics API)."""
+    client = _client(target)
+    try:
+        stats = client.get_inference_statistics(target.model, str(version), as_json=True)
+    finally:
+        client.close()
+    return sum(int(m.get("inference_count", 0)) for m in stats.get("model_stats", []))
+
+
+def wait_quiet(
+    target: Target, version: int, quiet_s: float = QUIET_S, timeout_s: float = 30.0
+) -> None:
+    """Return once `version` has served nothing for `quiet_s`: a gateway applies a routing
+    change within ~0.5 s, and a request routed just before it must still find the version."""
+    deadline = time.monotonic() + timeout_s
+    count, since = inference_count(target, version), time.monotonic()
+    while time.monotonic() - since < quiet_s:
+        if time.monotonic() > deadline:
+            raise RolloutError(f"v{version} still receives requests after {timeout_s:.0f} s")
+        time.sleep(0.25)
+        now = inference_count(target, version)
+        if now != count:
+            count, since = now, time.monotonic()
 
 
 @dataclass
