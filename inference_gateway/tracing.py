@@ -14,7 +14,7 @@ A ticket alone in its call and a request alone in its batch stay in their trace,
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -102,6 +102,11 @@ def failed(span: trace.Span | None, code: str) -> None:
         span.set_status(Status(StatusCode.ERROR, code))
 
 
+def _distinct(contexts: Iterable[SpanContext]) -> list[SpanContext]:
+    # by span id: a SpanContext is not hashable (its trace state is not)
+    return list({c.span_id: c for c in contexts}.values())
+
+
 # ---- the caller (the worker's infer step) -------------------------------------------------
 
 
@@ -125,7 +130,7 @@ def client_span(model: str, inputs: Sequence[PredictInput]) -> Iterator[dict[str
         yield {}
         return
     known: Mapping[str, SpanContext] = context.get_value(_CALLER_SPANS) or {}  # type: ignore[assignment]
-    causes = list(dict.fromkeys(known[i.id] for i in inputs if i.id in known))
+    causes = _distinct(known[i.id] for i in inputs if i.id in known)
     parent, links = _origin(causes) if causes else (None, None)
     attributes = {"ticketflow.model": model, "ticketflow.inputs": len(inputs)}
     with _span("gateway predict", parent, kind=SpanKind.CLIENT, links=links, attributes=attributes):
@@ -167,7 +172,7 @@ def batch_span(
     if tracer() is None:
         yield
         return
-    parent, links = _origin(list(dict.fromkeys(c for c in causes if c is not None)))
+    parent, links = _origin(_distinct(c for c in causes if c is not None))
     attributes = {
         "ticketflow.model": model,
         "ticketflow.version": version,
