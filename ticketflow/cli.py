@@ -24,7 +24,7 @@ from ingest import cli as ingest_cli
 from streams.kafka_config import confluent_config
 from streams.settings import Settings, get_settings
 from streams.topics import Topics
-from ticketflow import eval_after_sales, model_cli, review_cli
+from ticketflow import eval_after_sales, evaluate, model_cli, review_cli
 
 if TYPE_CHECKING:
     from ticketflow.replay import Report
@@ -318,19 +318,40 @@ def dlq_ls(
     since: Annotated[datetime | None, typer.Option("--since")] = None,
 ) -> None:
     """List dead letters with their class, step and reason."""
-    table = Table("at", "key", "class", "step", "bytes")
-    table.add_column("reason", no_wrap=True, overflow="ellipsis", max_width=60)
-    for rec in _dead_letters(error_class, step, since):
-        h = rec.headers
-        table.add_row(
-            f"{rec.partition}:{rec.offset}",
-            (rec.key or b"").decode("utf-8", "replace"),
-            h.get("x-dlq-error-class", ""),
-            h.get("x-dlq-step", ""),
-            str(len(rec.value or b"")),
-            (h.get("x-dlq-reason", "").splitlines() or [""])[0],
-        )
-    console.print(table)
+    _print_dead_letters([_dlq_row(rec) for rec in _dead_letters(error_class, step, since)])
+
+
+def _printable(text: str) -> str:
+    # keys and reasons come from producers: no control characters reach the terminal
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
+def _dlq_row(rec) -> tuple[str, ...]:
+    h = rec.headers
+    return (
+        f"{rec.partition}:{rec.offset}",
+        h.get("x-dlq-error-class", ""),
+        h.get("x-dlq-step", ""),
+        f"{len(rec.value or b'')} B",
+        _printable((rec.key or b"").decode("utf-8", "replace")),
+        _printable((h.get("x-dlq-reason", "").splitlines() or [""])[0]),
+    )
+
+
+def _print_dead_letters(rows: list[tuple[str, ...]]) -> None:
+    """Two lines a dead letter, columns aligned, long ones cut with an ellipsis: a table of
+    six columns collapsed into empty ones in an 80-column terminal."""
+    from rich.text import Text
+
+    header = ("at", "class", "step", "size", "key", "reason")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+    for i, row in enumerate([header, *rows]):
+        style = "bold" if i == 0 else ""
+        line = "  ".join(v.ljust(w) for v, w in zip(row[:4], widths, strict=True)) + "  " + row[4]
+        console.print(Text(line, style=style), no_wrap=True, overflow="ellipsis")
+        reason = Text("    " + row[5], style=style or "dim")
+        console.print(reason, no_wrap=True, overflow="ellipsis")
+    console.print(f"{len(rows)} dead letter(s); the whole record: ticketflow dlq show AT")
 
 
 @dlq_app.command("show")
@@ -342,7 +363,7 @@ def dlq_show(
     for rec in _dead_letters(None, None, None):
         if rec.partition == int(partition) and rec.offset == int(offset):
             console.print_json(json.dumps(rec.headers))
-            console.print(repr(rec.value))
+            console.print(repr(rec.value), markup=False, highlight=False)
             return
     console.print(f"[red]no dead letter at {position}[/]")
     raise typer.Exit(1)
@@ -461,6 +482,7 @@ app.add_typer(ingest_cli.keys_app, name="keys")
 app.add_typer(ingest_cli.limits_app, name="limits")
 app.add_typer(model_cli.model_app, name="model")  # ticketflow/model_cli.py
 app.add_typer(eval_after_sales.app, name="eval")  # offline evaluations (eval after-sales)
+eval_after_sales.app.command("models")(evaluate.models)  # ticketflow/evaluate.py
 
 
 @bench_app.command("pipeline")
