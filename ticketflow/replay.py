@@ -33,7 +33,7 @@ from confluent_kafka import (
 )
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from agents.definition import load_definition, load_earlier_versions
+from agents.definition import load_workflows
 from streams.admin import RETRY_TIERS_MS
 from streams.headers import DLQ_PREFIX, REPLAY_COUNT, replay_count
 from streams.kafka_config import confluent_config
@@ -82,9 +82,9 @@ class Routes:
 
     @classmethod
     def of(cls, settings: Settings) -> Routes:
-        current = load_definition(settings.workflow_file)
-        archive = settings.workflow_file.parent / "archive"
-        versions = [current, *load_earlier_versions(current, archive)]
+        # every workflow the workers run (the selector's folder) and their earlier versions
+        workflows = load_workflows(settings.workflow_file, settings.workflow_selector_file)
+        versions = list(workflows.definitions)
         topics = Topics(settings.topic_prefix)
         return cls(
             topics=topics,
