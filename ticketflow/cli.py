@@ -446,18 +446,37 @@ app.add_typer(review_cli.review_app, name="review")
 
 @config_app.command("validate")
 def config_validate(file: Path) -> None:
-    """Validate a workflow definition (YAML) or a routing config (JSON)."""
+    """Validate a workflow definition or selector (YAML), or a routing config (JSON).
+
+    A selector is checked with every definition of its folder, as a worker loads them.
+    """
     if file.suffix in {".yaml", ".yml"}:
-        from agents.definition import DefinitionError, load_definition
+        from agents.definition import SELECTOR_FILE, DefinitionError, load_definition
 
         try:
+            if file.name == SELECTOR_FILE:
+                _validate_selector(file)
+                return
             d = load_definition(file)
         except DefinitionError as exc:
-            console.print(f"[red]{exc}[/]")
+            console.print(f"[red]{escape(str(exc))}[/]")
             raise typer.Exit(1) from exc
         console.print(f"[green]ok[/]: workflow {d.name} v{d.version}, {len(d.steps)} steps")
         return
     gateway_cli.config_validate(file)
+
+
+def _validate_selector(file: Path) -> None:
+    from agents.definition import load_workflows
+
+    workflows = load_workflows(_settings().workflow_file, file)
+    selector = workflows.selector
+    assert selector is not None  # a selector file was given
+    loaded = ", ".join(f"{d.name} v{d.version}" for d in workflows.definitions)
+    console.print(
+        f"[green]ok[/]: selector, {len(selector.rules)} rule(s), default {selector.default}; "
+        f"workflows loaded: {escape(loaded)}"
+    )
 
 
 # routing configs: the gateway's own commands (inference_gateway/cli.py)

@@ -209,3 +209,16 @@ def test_tickets_of_workflows_with_different_step_settings_are_run_apart(tmp_pat
     assert topology.variant(a, "rules") != topology.variant(b, "rules")
     assert topology.variant(a, "clean") == topology.variant(b, "clean")  # one call for both
     assert topology.step_of(b, "rules").rules == ["refund_check", "score_threshold"]
+
+
+def test_config_validate_checks_a_selector_with_its_folder(tmp_path):
+    from typer.testing import CliRunner
+
+    from ticketflow.cli import app
+
+    folder_with(tmp_path, definition("a"), definition("b"))
+    run = CliRunner().invoke(app, ["config", "validate", str(tmp_path / "selector.yaml")])
+    assert run.exit_code == 0 and "default a" in run.output and "b v1" in run.output
+    write(tmp_path, "selector.yaml", {"default": "missing"})
+    run = CliRunner().invoke(app, ["config", "validate", str(tmp_path / "selector.yaml")])
+    assert run.exit_code == 1 and "['missing']" in run.output

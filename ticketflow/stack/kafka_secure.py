@@ -237,6 +237,8 @@ def acl_bindings(prefix: str) -> list[object]:
     for name in (f"{p}tickets.dlq", f"{p}config.routing", f"{p}tickets.review.decisions"):
         out += allow("ops", topic, name, pre if name.endswith("dlq") else lit, rw)
     out += allow("ops", topic, f"{p}tickets.out.", pre, (op.READ, op.DESCRIBE))
+    # `ticketflow review stats|spot-checks` read the spot-check copies and the outcomes
+    out += allow("ops", topic, f"{p}tickets.review.", pre, (op.READ, op.DESCRIBE))
     out += allow("ops", topic, f"{p}tickets.step.", pre, (op.WRITE, op.DESCRIBE))
     out += allow("ops", topic, f"{p}tickets.in", lit, (op.WRITE, op.DESCRIBE))
     for name in (f"{p}ticketflow-dlq-replay", "ticketflow-cli-", "ticketflow-config-cli"):
