@@ -164,7 +164,8 @@ def report(cases: Sequence[Case], outcomes: Sequence[RuleOutcome]) -> Report:
 
 
 def _said(out: RuleOutcome) -> str:
-    return f"{out.route}/{out.category.value} ({', '.join(out.fired) or 'model'})"
+    said = f"{out.route}/{out.category.value} ({', '.join(out.fired) or 'model'}"
+    return said + (f": {out.reason})" if out.reason else ")")
 
 
 def held_out_cases() -> list[Case]:
@@ -236,10 +237,13 @@ def after_sales(
         typer.Option("--sweep", help="measure after_sales_threshold on the held-out split"),
     ] = False,
     show_misses: Annotated[bool, typer.Option(help="list the fixture's misses")] = False,
+    model_dir: Annotated[
+        Path, typer.Option(help="model repository folder of ticket_classifier (1/, 2/)")
+    ] = MODEL_DIR,
 ) -> None:
     """Precision and recall of the after_sales route, and category accuracy, per version."""
     step = rules_step(workflow)
-    chosen = [v for v in versions.split(",") if v] or built_versions()
+    chosen = [v for v in versions.split(",") if v] or built_versions(model_dir)
     if not chosen:
         typer.echo("no model version built: run `python -m inference_gateway.model.train`")
         raise typer.Exit(1)
@@ -249,7 +253,7 @@ def after_sales(
         f"after_sales_threshold {step.after_sales_threshold}; {fixture.name}: {len(cases)} tickets"
     )
     for version in chosen:
-        score = scorer(version)
+        score = scorer(version, model_dir)
         rep = report(cases, decide([c.text for c in cases], score, step, version))
         typer.echo(_row(f"{version} hand", rep))
         if show_misses:

@@ -32,6 +32,8 @@ _EN = (
     r"(?:(?<=want )|(?<=need )|(?<=like )|(?<=get )|(?<=request ))(?:a )?replacement\b|"
     r"\b(?:a|the) replacement\b(?! (?:card|code|password|link|key))|"
     r"\b(?:get|have) (?:it |this |them |these )?(?:replaced|exchanged|swapped|refunded)\b|"
+    r"\b(?:exchanged|swapped|replaced) (?:for|with) (?:a|an|one|another|the)\b|"
+    r"(?:(?<=要)|(?<=要个)|(?<=要个 )|(?<=想换)|(?<=想换 ))(?:replacement|exchange|new one)\b|"
     r"\breplace (?:it|this|that|them|these|the \w+)\b|"
     r"\b(?:just|only) (?:a |an |the )?(?:replacement|exchange|new one)\b"
 )
@@ -50,11 +52,14 @@ _ZH = (
 )
 REQUEST = re.compile(f"{_EN}|{_ZH}", re.IGNORECASE)
 
-# "refund policy" and the like, asked about in general: masked before REQUEST is searched,
-# so that only a request elsewhere in the text counts
-POLICY = re.compile(
-    r"\b(?:refund|return|exchange)s? (?:policy|policies|rules?|terms)\b|"
-    r"(?:退款|退货|退换货|换货|售后)(?:政策|规则|条款)",
+# "refund policy" and the like, asked about in general, and parcels sent back by the
+# courier: masked before REQUEST is searched, so that only a request elsewhere counts
+NOT_A_REQUEST = re.compile(
+    r"\b(?:refund|return|exchange)s? (?:policy|policies|rules?|terms|window|period)\b|"
+    r"(?:退款|退货|退换货|换货|售后)(?:政策|规则|条款)|"
+    # a parcel the courier takes back is a shipping matter
+    r"\breturn(?:ed|ing)? to (?:the )?sender\b|\b(?:how )?do (?:refunds|returns) work\b|"
+    r"(?:被|要|已|已经)?退回(?:到)?(?:仓库|发件人|寄件人|原地址)",
     re.IGNORECASE,
 )
 
@@ -68,7 +73,7 @@ _NEG_EN = re.compile(
     r"interested|planning|plan|trying|going|intend|intending|after)\b"
     r"(?:\W+\w+){0,3}\W*$|"
     r"\bno need (?:for|to)\b(?:\W+\w+){0,3}\W*$|"
-    r"\bnot (?:a|an|about|for|after)(?: a| an| my)?\s*$|"
+    r"(?:\bnot|n[’']t) (?:a|an|about|for|after)(?: a| an| my| any)?\s*$|"
     r"\b(?:instead of|rather than)(?: a| an| my)?\s*$",
     re.IGNORECASE,
 )
@@ -76,20 +81,28 @@ _NEG_EN = re.compile(
 # be rid of the thing, which is a return), right before the word
 _NEG_ZH = re.compile(
     r"(?:不要|不想|不用|不需要|不打算|没打算|不是要|不是想|无需|不必|没想|不考虑|不申请)"
-    r"[^了]{0,3}$"
+    r"[^了]{0,3}$|不是$"
+)
+# what the customer would do ("I'm not returning it", "won't be sending them back"): a bare
+# negation right before such a verb negates it; a refund not received is still asked for
+_DOING = re.compile(r"(?:return|send|ship|mail|bring|take|post|exchange|swap)(?!ed\b)", re.I)
+_NEG_BARE = re.compile(
+    r"(?:\bnot|n[’']t|\bnever|\bno longer)(?: be| going to| planning to| trying to)?\s*$", re.I
 )
 
 
-def _negated(prefix: str) -> bool:
-    """Whether the clause that ends at a word says the customer does not want it."""
+def _negated(prefix: str, word: str) -> bool:
+    """Whether the clause that ends at `word` says the customer does not want it."""
     clause = _CLAUSE.split(prefix)[-1]
+    if _DOING.match(word) and _NEG_BARE.search(clause):
+        return True
     return bool(_NEG_EN.search(clause) or _NEG_ZH.search(clause))
 
 
 def refund_words(text: str) -> list[str]:
     """The refund, return or exchange words of `text` that ask for one (not negated)."""
-    masked = POLICY.sub(lambda m: " " * len(m[0]), text)
-    return [m[0] for m in REQUEST.finditer(masked) if not _negated(masked[: m.start()])]
+    masked = NOT_A_REQUEST.sub(lambda m: " " * len(m[0]), text)
+    return [m[0] for m in REQUEST.finditer(masked) if not _negated(masked[: m.start()], m[0])]
 
 
 def asks_for_refund(text: str) -> bool:
