@@ -128,25 +128,33 @@ def describe(
         typer.echo(json.dumps(doc, indent=2, ensure_ascii=False))
         return
     for name, v in views.items():
-        console.print(f"[bold]{name}[/]  signature [cyan]{v.signature()}[/]")
-        console.print(
-            f"  entity {v.entity} · source {v.source_topic} · ttl {v.ttl_seconds} s · "
-            f"grace {v.grace_seconds} s · event time {v.event_time_field} · "
-            f"event id {v.event_id_field}"
+        _describe_view(name, v, store.get(name, {}).get("status"))
+
+
+def _describe_view(name: str, v: FeatureView, status: str | None) -> None:
+    # short lines and a borderless table: readable in an 80-column terminal
+    sig = v.signature()
+    console.print(f"[bold]{name}[/]  signature [cyan]{sig[:16]}[/]… (--json: all {len(sig)})")
+    console.print(f"  entity {v.entity} · source {v.source_topic} · ttl {v.ttl_seconds} s")
+    console.print(
+        f"  grace {v.grace_seconds} s · event time {v.event_time_field} · "
+        f"event id {v.event_id_field}"
+    )
+    console.print(f"  store: {status}")
+    table = Table(box=None, padding=(0, 2, 0, 0), pad_edge=False, header_style="bold underline")
+    for column in ("feature", "type", "aggregation", "win/bucket", "field", "default"):
+        table.add_column(column, no_wrap=True, overflow="ellipsis")
+    for f in v.features:
+        bucket = _dur(f.bucket_s) if f.bucketed else "-"
+        table.add_row(
+            f.name,
+            escape(f.type),
+            f.aggregation,
+            f"{_dur(f.window_seconds)} / {bucket}",
+            f.field or "-",
+            json.dumps(f.default),
         )
-        console.print(f"  store: {store.get(name, {}).get('status')}")
-        table = Table("feature", "type", "aggregation", "window", "bucket", "field", "default")
-        for f in v.features:
-            table.add_row(
-                f.name,
-                escape(f.type),
-                f.aggregation,
-                _dur(f.window_seconds),
-                _dur(f.bucket_s) if f.bucketed else "-",
-                f.field or "-",
-                json.dumps(f.default),
-            )
-        console.print(table)
+    console.print(table)
 
 
 @features_app.command("prune")

@@ -21,6 +21,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from inference_gateway.config import DEFAULT_KAFKA_BOOTSTRAP
 from inference_gateway.routing import DEFAULT_CONFIG, bucket_of, pick_version
@@ -269,9 +270,12 @@ def config_route_test(
             config, source = DEFAULT_CONFIG, "the default (nothing valid published)"
         else:
             _fail(f"no routing config named {name!r} on {topic}")
-    table = Table("id", "bucket", "version", title=f"{config.name} {config.versions} ({source})")
+    # the config on a line of its own: as the table's title it wrapped to the narrow table
+    console.print(f"{config.name} {config.versions} ({source})", markup=False, highlight=False)
+    table = Table("id", "bucket", "version")
+    table.columns[0].overflow = "fold"  # an id is shown whole, however long
     for input_id in ids:
-        table.add_row(input_id, str(bucket_of(input_id)), pick_version(config, input_id))
+        table.add_row(Text(input_id), str(bucket_of(input_id)), pick_version(config, input_id))
     console.print(table)
 
 
