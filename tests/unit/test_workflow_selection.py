@@ -222,3 +222,32 @@ def test_config_validate_checks_a_selector_with_its_folder(tmp_path):
     write(tmp_path, "selector.yaml", {"default": "missing"})
     run = CliRunner().invoke(app, ["config", "validate", str(tmp_path / "selector.yaml")])
     assert run.exit_code == 1 and "['missing']" in run.output
+
+
+def test_the_engine_runs_each_step_configuration_apart(tmp_path):
+    import asyncio
+    from types import SimpleNamespace
+
+    from agents.engine import WorkflowEngine
+
+    main = folder_with(
+        tmp_path, definition("a"), definition("b", rules=("refund_check", "score_threshold"))
+    )
+    workflows = load_workflows(main)
+    topology = Topology(workflows.default, workflows.others(), workflows.selector)
+    calls: list[list[str]] = []
+
+    class Runner:
+        async def run(self, step, items, keyed):
+            calls.append([env.workflow for _, env in items])
+            return items
+
+    engine = SimpleNamespace(topology=topology, runner=Runner())
+    items = [(None, envelope(w)) for w in ("a", "b", "a", "b")]
+    step = workflows.default.step("rules")
+    done = asyncio.run(WorkflowEngine._run_step(engine, step, items, True))
+    assert sorted(map(sorted, calls)) == [["a", "a"], ["b", "b"]]  # one call per variant
+    assert sorted(env.workflow for _, env in done) == ["a", "a", "b", "b"]
+    calls.clear()
+    asyncio.run(WorkflowEngine._run_step(engine, workflows.default.step("clean"), items, True))
+    assert len(calls) == 1  # configured alike: one call for all four
