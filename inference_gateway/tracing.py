@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from types import MappingProxyType
 from typing import Any
 
 from opentelemetry import context, trace
@@ -36,6 +37,7 @@ _cached: tuple[object, trace.Tracer] | None = None
 def configure(service_name: str) -> bool:
     """Install the SDK's provider with an OTLP/HTTP exporter when an endpoint is set; once.
     True when tracing is on."""
+    trace.get_tracer_provider()  # loads one named by OTEL_PYTHON_TRACER_PROVIDER
     if tracer() is not None:
         return True
     off = os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
@@ -56,8 +58,11 @@ def configure(service_name: str) -> bool:
 def tracer() -> trace.Tracer | None:
     """The tracer, or None when tracing is off (no SDK provider installed)."""
     global _cached
-    provider = trace.get_tracer_provider()
-    if isinstance(provider, _OFF):
+    # the API's global read directly: get_tracer_provider() looks an environment variable up
+    # on every call (~2 µs), too much for every step of every ticket; a provider named by
+    # OTEL_PYTHON_TRACER_PROVIDER is loaded by the call in `configure`
+    provider = getattr(trace, "_TRACER_PROVIDER", None)
+    if provider is None or isinstance(provider, _OFF):
         return None
     if _cached is None or _cached[0] is not provider:
         _cached = (provider, provider.get_tracer(TRACER_NAME))
@@ -73,13 +78,9 @@ def _origin(causes: Sequence[SpanContext]) -> tuple[Any, list[Link] | None]:
 
 
 @contextmanager
-def _span(name: str, parent: Any = None, **kwargs: Any) -> Iterator[trace.Span | None]:
+def _span(t: trace.Tracer, name: str, parent: Any = None, **kwargs: Any) -> Iterator[trace.Span]:
     """A current span; a failure marks it with its error code only, never its message (it
     may quote input), so no exception is recorded."""
-    t = tracer()
-    if t is None:
-        yield None
-        return
     with t.start_as_current_span(
         name, parent, record_exception=False, set_status_on_exception=False, **kwargs
     ) as span:
@@ -107,33 +108,48 @@ def _distinct(contexts: Iterable[SpanContext]) -> list[SpanContext]:
     return list({c.span_id: c for c in contexts}.values())
 
 
+# Off, every hook below returns one of these shared, do-nothing context managers: a
+# generator-based one would cost a microsecond per call, per ticket.
+_NOTHING: AbstractContextManager[Any] = nullcontext()
+_NO_HEADERS: AbstractContextManager[Mapping[str, str]] = nullcontext(MappingProxyType({}))
+
+
 # ---- the caller (the worker's infer step) -------------------------------------------------
 
 
-@contextmanager
-def caller_spans(spans: Mapping[str, SpanContext]) -> Iterator[None]:
+def caller_spans(spans: Mapping[str, SpanContext]) -> AbstractContextManager[Any]:
     """Calls made inside this block on behalf of inputs `spans` names are traced as theirs."""
-    if not spans:
-        yield
-        return
-    token = context.attach(context.set_value(_CALLER_SPANS, dict(spans)))
+    return _attached(dict(spans)) if spans else _NOTHING
+
+
+@contextmanager
+def _attached(spans: dict[str, SpanContext]) -> Iterator[None]:
+    token = context.attach(context.set_value(_CALLER_SPANS, spans))
     try:
         yield
     finally:
         context.detach(token)
 
 
+def client_span(
+    model: str, inputs: Sequence[PredictInput]
+) -> AbstractContextManager[Mapping[str, str]]:
+    """The span of one predict call; gives the headers that carry it (`traceparent`)."""
+    t = tracer()
+    return _NO_HEADERS if t is None else _client_span(t, model, inputs)
+
+
 @contextmanager
-def client_span(model: str, inputs: Sequence[PredictInput]) -> Iterator[dict[str, str]]:
-    """The span of one predict call; yields the headers that carry it (`traceparent`)."""
-    if tracer() is None:
-        yield {}
-        return
+def _client_span(
+    t: trace.Tracer, model: str, inputs: Sequence[PredictInput]
+) -> Iterator[Mapping[str, str]]:
     known: Mapping[str, SpanContext] = context.get_value(_CALLER_SPANS) or {}  # type: ignore[assignment]
     causes = _distinct(known[i.id] for i in inputs if i.id in known)
     parent, links = _origin(causes) if causes else (None, None)
     attributes = {"ticketflow.model": model, "ticketflow.inputs": len(inputs)}
-    with _span("gateway predict", parent, kind=SpanKind.CLIENT, links=links, attributes=attributes):
+    with _span(
+        t, "gateway predict", parent, kind=SpanKind.CLIENT, links=links, attributes=attributes
+    ):
         headers: dict[str, str] = {}
         _PROPAGATOR.inject(headers)
         yield headers
@@ -142,17 +158,15 @@ def client_span(model: str, inputs: Sequence[PredictInput]) -> Iterator[dict[str
 # ---- the gateway ----------------------------------------------------------------------------
 
 
-@contextmanager
-def server_span(headers: Mapping[str, str], model: str) -> Iterator[trace.Span | None]:
-    """The gateway's span of one predict request, continuing the caller's `traceparent`."""
-    if tracer() is None:
-        yield None
-        return
+def server_span(headers: Mapping[str, str], model: str) -> AbstractContextManager[Any]:
+    """The gateway's span of one predict request, continuing the caller's `traceparent`;
+    gives the span (None when off)."""
+    t = tracer()
+    if t is None:
+        return _NOTHING
     parent = _PROPAGATOR.extract({"traceparent": headers.get("traceparent", "")})
-    attributes = {"ticketflow.model": model}
     name = "POST /v1/models/{model}/predict"
-    with _span(name, parent, kind=SpanKind.SERVER, attributes=attributes) as span:
-        yield span
+    return _span(t, name, parent, kind=SpanKind.SERVER, attributes={"ticketflow.model": model})
 
 
 def current() -> SpanContext | None:
@@ -163,15 +177,14 @@ def current() -> SpanContext | None:
     return ctx if ctx.is_valid else None
 
 
-@contextmanager
 def batch_span(
     model: str, version: str, size: int, causes: Sequence[SpanContext | None]
-) -> Iterator[None]:
+) -> AbstractContextManager[Any]:
     """The span of one batch of `size` inputs from requests `causes`; the Triton call inside
     it is its child."""
-    if tracer() is None:
-        yield
-        return
+    t = tracer()
+    if t is None:
+        return _NOTHING
     parent, links = _origin(_distinct(c for c in causes if c is not None))
     attributes = {
         "ticketflow.model": model,
@@ -179,13 +192,14 @@ def batch_span(
         "ticketflow.batch_size": size,
         "ticketflow.requests": len(causes),
     }
-    with _span(f"batch {model} {version}", parent, links=links, attributes=attributes):
-        yield
+    return _span(t, f"batch {model} {version}", parent, links=links, attributes=attributes)
 
 
-@contextmanager
-def triton_span(model: str, version: str, size: int) -> Iterator[None]:
+def triton_span(model: str, version: str, size: int) -> AbstractContextManager[Any]:
     """The span of one gRPC call to Triton (a child of the current batch)."""
+    t = tracer()
+    if t is None:
+        return _NOTHING
     attributes = {
         "rpc.system": "grpc",
         "rpc.service": "inference.GRPCInferenceService",
@@ -194,5 +208,4 @@ def triton_span(model: str, version: str, size: int) -> Iterator[None]:
         "ticketflow.version": version,
         "ticketflow.batch_size": size,
     }
-    with _span("triton infer", kind=SpanKind.CLIENT, attributes=attributes):
-        yield
+    return _span(t, "triton infer", kind=SpanKind.CLIENT, attributes=attributes)

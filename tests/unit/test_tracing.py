@@ -282,3 +282,13 @@ def test_an_envelope_gone_leaves_no_entry():
     assert len(spans._last) == 1
     del env
     assert len(spans._last) == 0
+
+
+def test_the_api_global_read_directly_still_exists():
+    # tracer() reads it to spare an environment lookup per call: an API without it would
+    # leave tracing off for good, silently
+    assert hasattr(trace, "_TRACER_PROVIDER")
+    provider = TracerProvider()
+    with mock.patch.object(trace, "_TRACER_PROVIDER", provider):
+        assert trace.get_tracer_provider() is provider
+        assert tracing.tracer() is not None and gateway_tracing.tracer() is not None
