@@ -9,7 +9,9 @@ from pydantic import BaseModel
 
 from schemas.features import FeatureView
 from schemas.gateway import ErrorResponse, PredictRequest, PredictResponse
+from schemas.review import ReviewOutcome, SpotCheck
 from schemas.routing import RoutingConfig
+from schemas.selection import WorkflowSelector
 from schemas.tickets import AuditRecord, DriftReport, Envelope, ReviewDecision, Ticket, TicketResult
 from schemas.workflow import WorkflowDefinition
 
@@ -18,6 +20,8 @@ EXPORTED: dict[str, type[BaseModel]] = {
     "Envelope": Envelope,
     "TicketResult": TicketResult,
     "ReviewDecision": ReviewDecision,
+    "SpotCheck": SpotCheck,
+    "ReviewOutcome": ReviewOutcome,
     "AuditRecord": AuditRecord,
     "DriftReport": DriftReport,
     "RoutingConfig": RoutingConfig,
@@ -25,6 +29,7 @@ EXPORTED: dict[str, type[BaseModel]] = {
     "PredictResponse": PredictResponse,
     "ErrorResponse": ErrorResponse,
     "WorkflowDefinition": WorkflowDefinition,
+    "WorkflowSelector": WorkflowSelector,
     "FeatureView": FeatureView,
 }
 
