@@ -31,7 +31,7 @@ class Choice:
     """The workflow a new ticket takes, and why (for its decision path)."""
 
     definition: WorkflowDefinition
-    reason: str
+    reason: str | None  # None when there is no choice (no selector)
 
 
 class Topology:
@@ -77,7 +77,7 @@ class Topology:
     def choose(self, ticket: Ticket) -> Choice:
         """The workflow a new ticket starts on: the selector's pick, newest version."""
         if self.selector is None:
-            return Choice(self.definition, "the only workflow")
+            return Choice(self.definition, None)
         name, rule = self.selector.select(ticket)
         why = "default" if rule is None else f"selector rule {rule + 1}"
         return Choice(self.current[name], f"{name} v{self.current[name].version} ({why})")
