@@ -208,8 +208,9 @@ def _f2(rep: Report) -> float:
 
 def best_threshold(reports: dict[float | None, Report]) -> float:
     """The threshold of the best F2 (recall weighs four times precision: a refund request
-    auto-classified is worse than a ticket after-sales hands on); ties go to the higher."""
-    return max((t for t in reports if t is not None), key=lambda t: (_f2(reports[t]), t))
+    auto-classified is worse than a ticket after-sales hands on). Ties go to the lower:
+    where the held-out set cannot tell thresholds apart, keep the margin for recall."""
+    return max((t for t in reports if t is not None), key=lambda t: (round(_f2(reports[t]), 4), -t))
 
 
 # ---- command line ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import re
 # "退订"), so it must be the verb of a refund or return.
 _NOT_GOODS = r"(?!invoice|receipt|bill|email|form|document|contract|link|code|message)"
 _EN = (
-    r"\brefund|\bmoney back\b|\bcharge ?back\b|\breimburse|\bstore credit\b|"
+    r"\brefund|\bmoney back\b|\bcharge ?back\b|\breimburse|\bstore credit\b|\brma\b|"
     r"\b(?:pay|paid) (?:me )?back\b|\b(?:money|payment|charge) (?:returned|reversed)\b|"
     r"\breverse (?:the|my|that|this) (?:payment|charge|transaction)\b|\bcredited back\b|"
     # desire verbs as lookbehinds, so that a negation before them stays before the match
