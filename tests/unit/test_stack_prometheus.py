@@ -117,3 +117,16 @@ def test_it_is_a_stack_part_started_last_and_stopped_first() -> None:
     assert stack.PARTS[-1] == "prometheus"
     assert stack._select(None)[-1] == "prometheus"
     assert stack._module("prometheus") is prometheus
+
+
+def test_a_failed_reload_on_stack_up_is_a_warning(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(prometheus, "reload", lambda s: False)
+    with caplog.at_level("WARNING", logger="ticketflow.stack"):
+        prometheus.refresh(settings)
+    assert "reloading the rules failed" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(prometheus, "reload", lambda s: True)
+    prometheus.refresh(settings)
+    assert caplog.text == ""

@@ -13,6 +13,7 @@ worker) is scraped once `register_target` has written a file there, and forgotte
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -39,6 +40,8 @@ RULES_DIR = REPO_ROOT / "deploy" / "alerts"
 # the services each get a job; the stack's own parts (Triton, Prometheus) are static only
 SERVICE_JOBS: tuple[str, ...] = ("gateway", "worker", "features", "ingest")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+
+log = logging.getLogger("ticketflow.stack")
 
 
 def prometheus_dir(settings: Settings) -> Path:
@@ -220,4 +223,9 @@ def refresh(settings: Settings) -> None:
     its own for its worker, and must not take the default worker's target away. Its worker is
     a registered target instead; a changed port is followed on the next start.
     """
-    reload(settings)
+    if not reload(settings):
+        # Prometheus keeps the rules it had: a broken edit must not go unnoticed
+        log.warning(
+            "prometheus: reloading the rules failed; `promtool check rules %s/*.rules.yml`",
+            RULES_DIR,
+        )
