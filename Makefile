@@ -17,13 +17,16 @@ $(STAMP):
 	$(BIN)/pip install -q -e ".[train,dev]"
 	rm -f $(VENV)/.installed-*; touch $@
 
-# Debian's redis-server, and openssl for the secured stack's certificates, installed only
+# Debian's redis-server, openssl for the secured stack's certificates and tmux for the
+# 80-column test of the command line (tests/integration/test_cli_width.py), installed only
 # when missing
 redis:
 	@command -v redis-server >/dev/null 2>&1 || \
 	  ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server)
 	@command -v openssl >/dev/null 2>&1 || \
 	  ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq openssl)
+	@command -v tmux >/dev/null 2>&1 || \
+	  ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq tmux)
 
 # Debian's prometheus (and its promtool, which the alert rules' tests run), only when missing;
 # on a systemd host the package's own service would hold :9090, so it is stopped: `stack up`
