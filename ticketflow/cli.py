@@ -560,5 +560,8 @@ def demo(count: Annotated[int, typer.Option(help="tickets to publish")] = 300) -
     run_demo(_settings(), count)
 
 
+app.command("trace")(__import__("ticketflow.trace", fromlist=["command"]).command)
+
+
 if __name__ == "__main__":
     app()
