@@ -1,9 +1,9 @@
 """`ticketflow demo`: every layer on a few hundred fresh sample tickets, left running after.
 
-Order: the stack (Kafka, Redis, Triton, Prometheus), then the gateway, the feature job and a
-worker, detached (`ticketflow stack down` stops them). A warm-up wave of one ticket per demo
-user goes first, and the rest only once the feature job has applied it, so that repeat
-users' tickets are classified with their real features, not fallbacks.
+Order: the stack (Kafka, Redis, Triton, Prometheus), then the gateway, ingest, the feature
+job and a worker, detached (`ticketflow stack down` stops them). A warm-up wave of one
+ticket per demo user goes first, and the rest only once the feature job has applied it, so
+that repeat users' tickets are classified with their real features, not fallbacks.
 """
 
 from __future__ import annotations
@@ -207,7 +207,7 @@ def _where_to_look(settings: Settings, results: list[dict]) -> None:
     review = next((r["ticket_id"] for r in results if r["route"] == "manual_review"), None)
     url = prometheus.base_url(settings)
     lines = [
-        "The gateway, feature job and worker keep running (logs: .stack/logs/).",
+        "The gateway, ingest, feature job and worker keep running (.stack/logs/).",
         f"  Prometheus   {url}/graph",
         f"  its alerts   {url}/alerts",
         f"  a trace      ticketflow trace {ticket}",

@@ -134,6 +134,9 @@ class AppPart:
     def ready_url(self, settings: Settings) -> str:
         if self.name == "gateway":
             return settings.gateway_url.rstrip("/") + "/readyz"
+        if self.name == "ingest":
+            host = settings.ingest.host if settings.ingest.host != "0.0.0.0" else "127.0.0.1"
+            return f"http://{host}:{settings.ingest.port}/readyz"
         port = settings.features.web_port if self.name == "features" else settings.worker_web_port
         return f"http://127.0.0.1:{port}/ready"
 
@@ -141,9 +144,11 @@ class AppPart:
         return http_ok(self.ready_url(settings))
 
 
-# start order: the worker needs the gateway; `stop_detached` goes the other way
+# start order: the worker needs the gateway; `stop_detached` goes the other way. Ingest too,
+# so that the demo's Prometheus sees every service up (IngestDown fires otherwise)
 APP_PARTS: tuple[AppPart, ...] = (
     AppPart("gateway", ("gateway",), 60),
+    AppPart("ingest", ("ingest",), 60),
     AppPart("features", ("features", "run", "--loglevel", "warning"), 120),
     AppPart("worker", ("worker", "--loglevel", "warning"), 120),
 )
