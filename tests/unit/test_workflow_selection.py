@@ -251,3 +251,18 @@ def test_the_engine_runs_each_step_configuration_apart(tmp_path):
     calls.clear()
     asyncio.run(WorkflowEngine._run_step(engine, workflows.default.step("clean"), items, True))
     assert len(calls) == 1  # configured alike: one call for all four
+
+
+def test_vip_and_chat_keep_the_default_workflows_rules():
+    # they differ from ticket_classify on purpose only in routes and timing: a threshold
+    # measured for the default must not be left behind in them
+    current = {d.name: d for d in load_workflows(SHIPPED).definitions}
+    default = current["ticket_classify"].step("rules")
+    chat = current["ticket_classify_chat"].step("rules")
+    vip = current["ticket_classify_vip"].step("rules")
+    assert chat.model_dump() == default.model_dump()
+    assert vip.rules == [r for r in default.rules if r != "sample"]
+    assert (vip.threshold, vip.after_sales_threshold) == (
+        default.threshold,
+        default.after_sales_threshold,
+    )
