@@ -59,3 +59,62 @@ def test_degraded_tickets_go_to_manual_review_with_the_reason():
 
 def test_refund_beats_degradation():
     assert apply_rules(RULES, RuleInput("退款", ctx(degraded=True), 0.5)).route == "after_sales"
+
+
+# ---- refund_intent: the words, or the model's after_sales probability ------------------------
+
+INTENT = ["refund_intent", "score_threshold"]
+
+
+def scored(after_sales: float, top: str = "technical", top_p: float = 0.6, degraded=False):
+    scores = {c.value: 0.0 for c in Category}
+    scores.update({top: top_p, "after_sales": after_sales})
+    pred = Prediction(
+        category=top, confidence=top_p, scores=scores, model_name="m", model_version="v1"
+    )
+    return Context(prediction=pred, degraded=degraded, degraded_reason="late" if degraded else None)
+
+
+def intent(text, context, after_sales_threshold=0.25):
+    return apply_rules(INTENT, RuleInput(text, context, 0.5, after_sales_threshold))
+
+
+def test_refund_intent_sends_a_probable_request_without_refund_words():
+    out = intent("this thing broke after two days, sort it out", scored(0.3, "billing"))
+    assert (out.route, out.category, out.fired) == (
+        "after_sales",
+        Category.after_sales,
+        ["refund_intent"],
+    )
+    assert "0.30" in out.reason
+
+
+def test_refund_intent_below_the_threshold_leaves_the_model_its_decision():
+    out = intent("the app crashes on start", scored(0.24, "technical", 0.7))
+    assert (out.route, out.category) == ("auto_classify", Category.technical)
+
+
+def test_refund_intent_without_a_threshold_is_the_words_alone():
+    assert intent("it broke, what now", scored(0.9, "after_sales", 0.9), None).route == (
+        "auto_classify"
+    )
+    assert intent("I want a refund", scored(0.0), None).route == "after_sales"
+
+
+def test_refund_intent_words_win_over_the_model_and_degradation():
+    assert intent("我要退款", scored(0.01, "billing", 0.99)).route == "after_sales"
+    assert intent("我要退款", ctx(degraded=True)).route == "after_sales"
+
+
+def test_refund_intent_ignores_the_probability_of_a_degraded_ticket():
+    out = intent("it broke", scored(0.9, "after_sales", 0.9, degraded=True))
+    assert out.route == "manual_review" and out.fired == ["degraded"]
+
+
+def test_refund_intent_declined_words_do_not_fire_but_the_model_still_may():
+    # words declined: the rule's word half is silent; a low probability keeps the model's
+    out = intent("I don't want to return it, how do I pair it?", scored(0.1, "technical", 0.8))
+    assert out.route == "auto_classify"
+    # a replacement asked for without a refund word: the probability decides
+    out = intent("I do NOT want a refund, the unit is faulty", scored(0.7, "after_sales", 0.7))
+    assert out.route == "after_sales"
