@@ -96,7 +96,7 @@ async def _evaluate(limit: int | None, below: float | None) -> dict:
                 "ensemble", group, steps["ensemble"], rows, gateway_pid
             )
             runs["cascade"] = await _measure("cascade", infer, cascade, rows, gateway_pid)
-    return _summary(rows, runs, pick, judge, below, curve)
+    return {**_summary(rows, runs, pick, judge, below, curve), "served": _served()}
 
 
 def _choose_below(
@@ -202,6 +202,29 @@ class _private_gateway:
         self.service.stop()
 
 
+def _served() -> dict:
+    """Each version's files against the stub that serves them: a version rebuilt after its
+    stub started is not what Triton answers with until it is loaded again."""
+    from inference_gateway.model.train import MODEL_DIR
+    from ticketflow import triton_cpu
+
+    _, stubs = triton_cpu.triton_processes(MODEL, _triton()[1])
+    served = {}
+    for version, pid in sorted(stubs.items()):
+        folder = MODEL_DIR / version.removeprefix("v")
+        files = [f for f in folder.iterdir() if f.is_file()] if folder.is_dir() else []
+        built = max((f.stat().st_mtime for f in files), default=None)
+        loaded = triton_cpu.started_at(pid)
+        metrics = folder / "metrics.json"
+        served[version] = {
+            "held_out_accuracy_at_build": json.loads(metrics.read_text()).get("accuracy")
+            if metrics.is_file()
+            else None,
+            "files_newer_than_the_loaded_model": bool(built and loaded and built > loaded),
+        }
+    return served
+
+
 def _calls(run: Run, n: int) -> dict[str, int]:
     """Inferences this run asked of each version."""
     if run.name in ("v1", "v2"):
@@ -301,3 +324,9 @@ def _print(summary: dict) -> None:
     share = summary["variants"]["cascade"]["share_to_v2"]
     typer.echo(f"cascade below {summary['cascade_below']}: {share:.1%} of tickets sent to v2")
     typer.echo(f"targets: {summary['targets']}")
+    stale = [v for v, s in summary["served"].items() if s["files_newer_than_the_loaded_model"]]
+    if stale:
+        typer.echo(
+            f"warning: {stale} rebuilt after Triton loaded them: the figures are the old "
+            "models' on the new split; restart Triton (ticketflow stack down/up) and run again"
+        )

@@ -49,6 +49,20 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime (fields 14, 15)
 
 
+def started_at(pid: int) -> float | None:
+    """When a process started, in seconds since the epoch (stat's starttime + boot time)."""
+    try:
+        ticks = int((PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(
+            int(line.split()[1])
+            for line in (PROC / "stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return boot + ticks / TICKS
+
+
 def _cmdline(pid: int) -> str:
     try:
         return (PROC / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
