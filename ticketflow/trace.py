@@ -17,7 +17,7 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Annotated
 
@@ -197,6 +197,8 @@ def read_audit(
 def _start_offset(c: Consumer, tp: TopicPartition, since: datetime | None, end: int) -> int:
     if since is None:
         return OFFSET_BEGINNING
+    if since.tzinfo is None:  # the audit records' times are UTC, and so is a bare --since
+        since = since.replace(tzinfo=timezone.utc)
     probe = TopicPartition(tp.topic, tp.partition, int(since.timestamp() * 1000))
     [found] = c.offsets_for_times([probe], timeout=10)
     return found.offset if found.offset >= 0 else end  # nothing since then: read nothing
@@ -239,7 +241,7 @@ def command(
     ticket_id: Annotated[str, typer.Argument(help="the ticket's id (its key on every topic)")],
     since: Annotated[
         datetime | None,
-        typer.Option(help="read the audit topic from this time on (faster on a long topic)"),
+        typer.Option(help="read the audit topic from this time (UTC) on: faster on a long topic"),
     ] = None,
     png: Annotated[
         Path | None,
