@@ -58,14 +58,16 @@ class ParallelStep(Handler):
 
     async def _branch(self, branch: Step, envs: Sequence[Envelope], group: Step) -> BranchRun:
         timeout_ms = branch.timeout_ms or group.timeout_ms or DEFAULT_BRANCH_TIMEOUT_MS
-        if branch.timeout_ms is None:  # the handler's budget is the branch's timeout
-            branch = branch.model_copy(update={"timeout_ms": timeout_ms})
+        # the handler's budget is the branch's timeout; entries it writes itself (a
+        # cascade's calls) are named under the group: `infer_ensemble.fast.v1`
+        qualified = f"{group.name}.{branch.name}"
+        runs_as = branch.model_copy(update={"name": qualified, "timeout_ms": timeout_ms})
         copies = [env.model_copy(deep=True) for env in envs]
         handler = self._handlers[branch.type]
         t0 = time.perf_counter()
         try:
             outcomes = await asyncio.wait_for(
-                handler.run_batch(copies, branch), (timeout_ms + GUARD_MS) / 1000
+                handler.run_batch(copies, runs_as), (timeout_ms + GUARD_MS) / 1000
             )
         except asyncio.TimeoutError:
             late = RetryableError(f"branch {branch.name} took over {timeout_ms} ms", "TIMEOUT")
