@@ -1,0 +1,51 @@
+"""The demo's detached services: started with a pid file and a log like the stack's parts,
+left alone when already serving, listed by `detached_status`, stopped by `stop_detached`
+(which `ticketflow stack down` calls). A feature job of its own (state folder, web port and
+topic prefix of this test) stands in for all of them, so the shared services are untouched.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from streams.settings import Settings
+from ticketflow import services
+from ticketflow.stack import process
+
+
+@pytest.fixture
+def own(live_stack: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    # the child reads the environment, as the demo's do
+    env = {
+        "TICKETFLOW_STATE_DIR": str(tmp_path / "state"),
+        "TICKETFLOW_FEATURES_WEB_PORT": str(services.free_port()),
+        "TICKETFLOW_TOPIC_PREFIX": f"det{uuid.uuid4().hex[:8]}.",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return Settings()
+
+
+def test_a_detached_service_outlives_its_start_and_stop_detached_ends_it(own: Settings) -> None:
+    said = services.start_detached(own, "features")
+    pid_file = process.pid_path(own, "features")
+    record = process.live_record(pid_file)
+    assert record is not None and said == f"features: started, pid {record.pid}"
+    assert process.log_path(own, "features").read_text().strip()
+    try:
+        # a second start finds it serving and starts nothing
+        assert services.start_detached(own, "features") == "features: already running"
+        (status,) = [s for s in services.detached_status(own) if s.name == "features"]
+        assert status.healthy and status.ours and status.pid == record.pid
+        assert status.ports == (own.features.web_port,)
+    finally:
+        stopped = services.stop_detached(own)
+    assert stopped == ["features"]
+    assert not process.record_alive(record)
+    assert not pid_file.exists()
+    features = next(p for p in services.APP_PARTS if p.name == "features")
+    assert not features.ready(own)
+    assert services.stop_detached(own) == []
