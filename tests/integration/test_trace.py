@@ -1,19 +1,28 @@
 """`ticketflow trace` on a ticket the session's worker processed: its audit records are
-found on the one partition the producers' partitioner gives its id, and drawn."""
+found on the one partition the producers' partitioner gives its id, and drawn. And the
+spans a worker and a gateway export over OTLP when given an endpoint: one ticket, one trace
+across both processes."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import ClassVar
 
 import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from streams.settings import Settings
 from streams.topics import Topics
 from tests.integration.kafka_helpers import body, plain_producer, tickets
+from ticketflow import services
 from ticketflow.trace import partition_of, read_audit, waterfall
 
 pytestmark = pytest.mark.integration
@@ -71,3 +80,100 @@ def test_trace_draws_a_processed_tickets_path_from_its_audit_partition(settings,
     earlier = (datetime.now(timezone.utc) - timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%S")
     since = cli("trace", tid, "--since", earlier, "--no-png")
     assert since.returncode == 0 and since.stdout.splitlines()[3:-1] == lines[3:-2]
+
+
+# ---- spans of the real processes ------------------------------------------------------------
+
+
+class Collector(BaseHTTPRequestHandler):
+    """An OTLP/HTTP endpoint that keeps every span it is sent."""
+
+    spans: ClassVar[list[dict]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        for resource in ExportTraceServiceRequest.FromString(body).resource_spans:
+            service = {a.key: a.value.string_value for a in resource.resource.attributes}
+            for scope in resource.scope_spans:
+                Collector.spans += [_span(s, service["service.name"]) for s in scope.spans]
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _span(span, service: str) -> dict:
+    return {
+        "service": service,
+        "name": span.name,
+        "trace": span.trace_id.hex(),
+        "id": span.span_id.hex(),
+        "parent": span.parent_span_id.hex() or None,
+        "links": [link.span_id.hex() for link in span.links],
+    }
+
+
+@pytest.fixture
+def traced(live_stack: Settings):
+    """A gateway and a worker of their own that export spans to a collector here."""
+    Collector.spans = []
+    server = HTTPServer(("127.0.0.1", 0), Collector)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = {
+        "TICKETFLOW_TOPIC_PREFIX": f"{live_stack.topic_prefix}otel{uuid.uuid4().hex[:6]}.",
+        "TICKETFLOW_WORKER_WEB_PORT": str(services.free_port()),
+        "TICKETFLOW_GATEWAY_URL": f"http://127.0.0.1:{services.free_port()}",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{server.server_port}",
+        "OTEL_BSP_SCHEDULE_DELAY": "200",  # ms: export soon after a span ends
+    }
+    settings = live_stack.model_copy(
+        update={
+            "topic_prefix": env["TICKETFLOW_TOPIC_PREFIX"],
+            "worker_web_port": int(env["TICKETFLOW_WORKER_WEB_PORT"]),
+            "gateway_url": env["TICKETFLOW_GATEWAY_URL"],
+        }
+    )
+    started = []
+    try:
+        started.append(services.start_gateway(settings, env))
+        started.append(
+            services.start_worker(
+                settings, env, log_name=f"worker-{env['TICKETFLOW_TOPIC_PREFIX']}"
+            )
+        )
+        yield settings
+    finally:
+        for service in reversed(started):
+            service.stop()
+        server.shutdown()
+
+
+def test_one_ticket_is_one_trace_across_the_worker_and_gateway_processes(traced):
+    ticket = tickets(1, f"otel-{uuid.uuid4().hex[:6]}", seed=22)[0]
+    p = plain_producer(traced.kafka_bootstrap)
+    p.produce(Topics(traced.topic_prefix).tickets_in, key=ticket["ticket_id"], value=body(ticket))
+    assert p.flush(10) == 0
+    trace_id = wait_for_route(traced, ticket["ticket_id"]).records[0].trace_id
+
+    want = {"step validate", "step clean", "step features", "step infer", "step rules"}
+    want |= {"step route", "gateway predict", "triton infer"}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        ours = [s for s in Collector.spans if s["trace"] == trace_id]
+        if want <= {s["name"] for s in ours}:
+            break
+        time.sleep(0.3)
+    named = {s["name"]: s for s in ours}
+    assert want <= set(named), sorted(named)
+    # each step's span is the child of the step that sent it the record
+    chain = ["validate", "clean", "features", "infer", "rules"]
+    for before, after in itertools.pairwise(chain):
+        assert named[f"step {after}"]["parent"] == named[f"step {before}"]["id"], after
+    call, request = named["gateway predict"], named["POST /v1/models/{model}/predict"]
+    assert call["service"] == "ticketflow-worker" and request["service"] == "ticketflow-gateway"
+    assert call["parent"] == named["step infer"]["id"]
+    assert request["parent"] == call["id"]
+    batch = next(s for s in ours if s["name"].startswith("batch ticket_classifier"))
+    assert batch["parent"] == request["id"]
+    assert named["triton infer"]["parent"] == batch["id"]
