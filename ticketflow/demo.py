@@ -166,10 +166,11 @@ def feature_share(results: list[dict]) -> tuple[int, int, int]:
 
 def with_history(results: list[dict]) -> int:
     """Tickets whose user had earlier tickets in the store (a feature other than empty)."""
-    return sum(
-        any(v.get("value") not in (0, 0.0, None, []) for v in (r.get("features") or {}).values())
-        for r in results
-    )
+    return sum(any(_history(v) for v in (r.get("features") or {}).values()) for r in results)
+
+
+def _history(feature: dict) -> bool:
+    return not feature.get("is_fallback", True) and feature.get("value") not in (0, None, [])
 
 
 def _summarise(results: list[dict], count: int) -> None:
