@@ -15,7 +15,6 @@ record of the ticket carries, so the next step's span is this one's child.
 from __future__ import annotations
 
 import os
-import random
 import time
 import weakref
 from collections.abc import Iterable
@@ -85,11 +84,16 @@ def remote_context(traceparent: str | None, trace_id: str) -> SpanContext | None
 
 
 def _entry_context(trace_id: str) -> SpanContext:
-    """A stand-in parent of a step whose sender is unknown, so its span stays in the ticket's
-    trace (the SDK can only root a span in a trace id of its own making)."""
+    """The parent of a step span whose sender is unknown: the validate step (a producer's
+    span, if any, was never exported), the route step (the engine does not hand this module
+    its record's header) and a step after a retry tier (which runs no step, so sends this).
+
+    The SDK roots a span only in a trace id of its own making, so this stand-in keeps the
+    span in the ticket's trace. Its id is the same for the whole trace: a backend shows such
+    spans side by side under one missing "ticket" span."""
     return SpanContext(
         int(trace_id, 16),
-        random.getrandbits(64) or 1,
+        int(trace_id[16:], 16) or 1,
         is_remote=True,
         trace_flags=TraceFlags(TraceFlags.SAMPLED),
     )
@@ -192,10 +196,13 @@ class StepSpans:
         span.end()
 
     def traceparent(self, env: Envelope) -> str | None:
-        """The `traceparent` of the ticket's latest step span, for its next record."""
+        """The `traceparent` of the ticket's latest step span, for its next record (None
+        when tracing is off)."""
         ctx = self._last.get(env)
         if ctx is None:
-            return None
+            if tracer() is None:
+                return None
+            ctx = _entry_context(env.trace_id)  # e.g. the retry tier's, which runs no step
         return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
 
 

@@ -292,3 +292,20 @@ def test_the_api_global_read_directly_still_exists():
     with mock.patch.object(trace, "_TRACER_PROVIDER", provider):
         assert trace.get_tracer_provider() is provider
         assert tracing.tracer() is not None and gateway_tracing.tracer() is not None
+
+
+def test_steps_whose_sender_is_unknown_share_one_stand_in_parent_in_the_tickets_trace(spans):
+    # validate (audited without a span opened) and route (its record's header not at hand)
+    validate, route = envelope("t-6", "validate"), envelope("t-6", "route")
+    tracing.step_spans.finish(validate, "validate", "ok", 2.0)
+    tracing.step_spans.finish(route, "route", "ok", 1.0)
+    # a retry tier re-sends a fresh envelope: its record names the same stand-in
+    retried = envelope("t-6", "infer")
+    header = tracing.step_spans.traceparent(retried)
+    assert header is not None
+    first, second = spans.get_finished_spans()
+    assert first.parent is not None and second.parent is not None
+    assert first.parent.span_id == second.parent.span_id == int(header.split("-")[2], 16)
+    assert {first.context.trace_id, second.context.trace_id} == {int(TRACE, 16)}
+    # its duration is the audited latency
+    assert first.end_time - first.start_time == pytest.approx(2e6, rel=0.2)
