@@ -99,10 +99,6 @@ def _entry_context(trace_id: str) -> SpanContext:
     )
 
 
-def _ns_ago(ms: float) -> int:
-    return time.time_ns() - int(ms * 1e6)
-
-
 V = TypeVar("V")
 
 
@@ -166,6 +162,7 @@ class StepSpans:
     def finish(self, env: Envelope, step: str, status: str, latency_ms: float) -> None:
         """Close the ticket's span of `step` (a step run outside `start` gets one from its
         latency, so every audited step has its span)."""
+        now = time.time_ns()
         span = self._open.pop(env)
         if span is None:
             t = tracer()
@@ -177,12 +174,12 @@ class StepSpans:
                 _parent(parent),
                 kind=trace.SpanKind.CONSUMER,
                 attributes=_attributes(env, step),
-                start_time=_ns_ago(latency_ms),
+                start_time=now - int(latency_ms * 1e6),
             )
         span.set_attribute("ticketflow.status", status)
         span.set_attribute("ticketflow.attempt", env.attempt)
         self._last[env] = span.get_span_context()
-        span.end()
+        span.end(end_time=now)
 
     def fail(self, env: Envelope, error_class: str) -> None:
         """Close the ticket's open span as failed: it was dead-lettered."""
