@@ -118,3 +118,33 @@ def test_refund_intent_declined_words_do_not_fire_but_the_model_still_may():
     # a replacement asked for without a refund word: the probability decides
     out = intent("I do NOT want a refund, the unit is faulty", scored(0.7, "after_sales", 0.7))
     assert out.route == "after_sales"
+
+
+async def test_the_rules_step_takes_the_threshold_from_its_definition():
+    from datetime import datetime, timezone
+
+    from agents.steps.handlers import RuleEngineStep
+    from schemas.tickets import Envelope, Ticket
+    from schemas.workflow import Step
+
+    def env():
+        now = datetime.now(timezone.utc)
+        e = Envelope(
+            ticket=Ticket(ticket_id="t-1", text="it broke on day two, sort it out", created_at=now),
+            workflow="ticket_classify",
+            workflow_version=1,
+            step="rules",
+            trace_id="a" * 32,
+            arrival="0:1",
+            started_at=now,
+        )
+        e.context.prediction = scored(0.3, "technical", 0.6).prediction
+        return e
+
+    step = Step(name="rules", type="rule_engine", rules=INTENT, after_sales_threshold=0.25)
+    e = env()
+    await RuleEngineStep().run(e, step)
+    assert e.context.rule.route == "after_sales"
+    e = env()
+    await RuleEngineStep().run(e, step.model_copy(update={"after_sales_threshold": 0.35}))
+    assert e.context.rule.route == "auto_classify"
