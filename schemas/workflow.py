@@ -26,7 +26,9 @@ StepType = Literal[
 # what a branch of a `parallel` step may be: a step that works on the ticket's context, not
 # one that admits (validator), ends (router) or nests a group
 BRANCH_TYPES = frozenset({"processor", "feature_lookup", "inference_call", "rule_engine"})
-ModelVersion = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[A-Za-z0-9._-]+$")]
+# what the gateway takes as a version (inference_gateway/routing.py): anything else would
+# be refused as INVALID_INPUT and dead-letter every ticket, so it is refused at load
+ModelVersion = Annotated[str, Field(pattern=r"^v[1-9][0-9]{0,8}$")]
 
 
 class RetryPolicy(BaseModel):

@@ -111,6 +111,8 @@ def test_a_cascade_parses_and_names_two_versions():
         ({"first": "v1", "then": "v2"}, {}, ["cascade.below", "Field required"]),
         ({"first": "v1", "then": "v2", "below": 0.8}, {"version": "v1"}, ["drop `version`"]),
         ({"first": "v 1", "then": "v2", "below": 0.8}, {}, ["cascade.first"]),
+        ({"first": "v1", "then": "latest", "below": 0.8}, {}, ["cascade.then"]),
+        ({"first": "v1", "then": "v0", "below": 0.8}, {}, ["cascade.then"]),
     ],
 )
 def test_malformed_cascades_are_refused(cascade, extra, words):
