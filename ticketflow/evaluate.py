@@ -89,6 +89,8 @@ async def _evaluate(limit: int | None, below: float | None) -> dict:
                 await _measure(version, infer, steps[version], rows[:WARM_UP], gateway_pid)
             runs = {v: await _measure(v, infer, steps[v], rows, gateway_pid) for v in ("v1", "v2")}
             below, curve = _choose_below(rows, runs, pick, below)
+            # the same curve on the half that did not choose: does the choice carry over?
+            _, test_curve = _choose_below(rows, runs, judge, None)
             cascade = steps["v1"].model_copy(
                 update={"name": "infer", "version": None, "cascade": _cascade(below)}
             )
@@ -96,7 +98,8 @@ async def _evaluate(limit: int | None, below: float | None) -> dict:
                 "ensemble", group, steps["ensemble"], rows, gateway_pid
             )
             runs["cascade"] = await _measure("cascade", infer, cascade, rows, gateway_pid)
-    return {**_summary(rows, runs, pick, judge, below, curve), "served": _served()}
+    summary = _summary(rows, runs, pick, judge, below, curve)
+    return {**summary, "threshold_curve_test_half": test_curve, "served": _served()}
 
 
 def _choose_below(
