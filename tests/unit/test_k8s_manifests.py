@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import copy
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -415,25 +417,38 @@ def test_scale_overlays_leave_partitions_for_every_worker(overlay: str) -> None:
     assert int(_setting(docs, "TICKETFLOW_PARTITIONS")) >= 2 * workers
 
 
-def test_the_100x_workers_run_the_default_workflow_fused() -> None:
+def _fuse_init(docs: list[dict]) -> dict:
+    sts = next(d for d in docs if d["kind"] == "StatefulSet")
+    return next(c for c in _pod_spec(sts)["initContainers"] if c["name"] == "fuse-workflow")
+
+
+def test_the_100x_workers_mount_the_fused_workflow_as_the_workflow_file() -> None:
     docs = RENDERED["overlays/scale-100x"]
-    cm = next(d for d in docs if _name(d) == "ticketflow-workflow")
-    mounted = Path(_setting(docs, "TICKETFLOW_WORKFLOW_FILE"))
+    init = _fuse_init(docs)
+    dst = next(e["value"] for e in init["env"] if e["name"] == "WORKFLOWS_DST")
     sts = next(d for d in docs if d["kind"] == "StatefulSet")
     mount = next(m for m in _containers(sts)[0]["volumeMounts"] if m["name"] == "workflow")
-    assert mounted.parent == Path(mount["mountPath"])
-    text = cm["data"][mounted.name]
-    fused = yaml.safe_load(text)
-    default = yaml.safe_load((ROOT / "agents" / "workflows" / "ticket_classify.yaml").read_text())
+    assert mount["mountPath"] == dst == init["volumeMounts"][0]["mountPath"]
+    assert Path(_setting(docs, "TICKETFLOW_WORKFLOW_FILE")) == Path(dst) / "ticket_classify.yaml"
+
+
+def test_the_100x_init_container_fuses_the_current_default_workflow(tmp_path: Path) -> None:
+    """Its script, run on this checkout's definitions: the default fused, the rest as is,
+    and `ticketflow config validate` of the selector passes, as in the pod."""
+    from agents.definition import load_workflows
+
+    init = _fuse_init(RENDERED["overlays/scale-100x"])
+    src = ROOT / "agents" / "workflows"
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "WORKFLOWS_SRC": str(src),
+        "WORKFLOWS_DST": str(tmp_path),
+    }
+    done = subprocess.run(init["command"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    fused = yaml.safe_load((tmp_path / "ticket_classify.yaml").read_text())
+    default = yaml.safe_load((src / "ticket_classify.yaml").read_text())
     assert fused.pop("fuse") == [["validate", "clean"], ["features", "infer", "rules", "route"]]
     assert fused == default
-
-
-def test_the_100x_workflow_loads_as_a_definition(tmp_path: Path) -> None:
-    from agents.definition import load_definition
-
-    cm = next(d for d in RENDERED["overlays/scale-100x"] if _name(d) == "ticketflow-workflow")
-    path = tmp_path / "ticket_classify.yaml"
-    path.write_text(cm["data"]["ticket_classify.yaml"])
-    definition = load_definition(path)
-    assert definition.fuse == [["validate", "clean"], ["features", "infer", "rules", "route"]]
+    workflows = load_workflows(tmp_path / "ticket_classify.yaml")
+    assert workflows.default.fuse and len(workflows.definitions) > 1
