@@ -3,6 +3,9 @@
 How to run `tritonserver` (binary, flags, environment) belongs to `inference_gateway.triton_server`;
 this module only prepares the model, starts it detached and watches it. That module is imported
 lazily, so Kafka and Redis work without it.
+
+The server runs under explicit model control: every version on disk loads at start, and
+`ticketflow model deploy|retire` load and unload versions later without a restart.
 """
 
 from __future__ import annotations
