@@ -346,14 +346,12 @@ class Row:
 
 def listing(target: Target, states: Callable[[], dict[int, str]] | None = None) -> list[Row]:
     """Every version on disk or known to Triton, with its type, state and traffic share."""
-    if states is None:
-        client = _client(target)
-        try:
-            found = triton_states(client, target.model)
-        finally:
-            client.close()
+    try:
+        found = (states or (lambda: _states(target)))()
+    except Exception as error:  # disk and routing are still worth showing
+        found, unreachable = {}, type(error).__name__
     else:
-        found = states()
+        unreachable = None
     config = current(target)
     on_disk = set(disk_versions(target.model_dir))
     rows = []
@@ -362,9 +360,17 @@ def listing(target: Target, states: Callable[[], dict[int, str]] | None = None) 
         meta = _metrics(folder)
         kind = builds.read_build(folder).get("type") or {1: "v1", 2: "v2"}.get(version, "?")
         share = config.versions.get(f"v{version}", 0)
-        state = found.get(version, "not loaded")
+        state = found.get(version, "not loaded") if unreachable is None else "unreachable"
         rows.append(Row(version, kind, version in on_disk, state, share, meta.get("accuracy")))
     return rows
+
+
+def _states(target: Target) -> dict[int, str]:
+    client = _client(target)
+    try:
+        return triton_states(client, target.model)
+    finally:
+        client.close()
 
 
 def _metrics(folder: Path) -> dict:

@@ -240,3 +240,11 @@ def test_the_int8_version_encodes_one_ticket_per_call(monkeypatch) -> None:
     model = triton_v2_int8.TritonPythonModel()
     model.initialize({})
     assert model.classifier.encoder.max_chunk_rows == 1
+
+
+def test_listing_without_triton_still_shows_disk_and_traffic(fakes, target) -> None:
+    def down() -> dict[int, str]:
+        raise ConnectionError("refused")
+
+    rows = rollout.listing(target, states=down)
+    assert [(r.version, r.state, r.share) for r in rows] == [(1, "unreachable", 100)]
