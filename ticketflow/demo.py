@@ -189,8 +189,8 @@ def _summarise(results: list[dict], count: int) -> None:
         path = " → ".join(f"{p['step']}:{p['status']}" for p in r["decision_path"])
         console.print(
             f"[bold]{r['ticket_id']}[/] {r['route']} / {r['category']} "
-            f"{r['confidence']:.2f} by {r.get('model_name')} {r.get('model_version')}, "
-            f"{r.get('latency_ms', 0):.0f} ms\n  {path}"
+            f"{r['confidence']:.2f} by {r.get('model_name')} {r.get('model_version')}"
+            f"\n  {path} ({r.get('latency_ms', 0):.0f} ms)"
         )
 
 
