@@ -183,6 +183,12 @@ def test_dlq_show(terminal: Terminal, seeded: Settings) -> None:
     readable(lines, '"x-dlq-error-class": "INFERENCE_TIMEOUT"', "deadline passed", "{not json")
 
 
+def test_dlq_replay_dry_run(terminal: Terminal, seeded: Settings) -> None:
+    rc, lines = terminal.run("dlq replay --dry-run")
+    assert rc == 0
+    readable(lines, "w80-bad-json", "would replay", "step validate", "3 would replay")
+
+
 def test_review_stats_and_spot_checks(terminal: Terminal, seeded: Settings) -> None:
     rc, lines = terminal.run("review stats --idle 1")
     assert rc == 0
