@@ -217,6 +217,7 @@ def _where_to_look(settings: Settings, results: list[dict]) -> None:
         f"  review       ticketflow review decide {review} --category billing"
         if review
         else "  review       ticketflow review stats",
+        "               ticketflow review spot-checks",
         "  features     ticketflow features describe",
         "  stop it all  ticketflow stack status; ticketflow stack down",
     ]
