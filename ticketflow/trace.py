@@ -16,17 +16,17 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 from aiokafka.partitioner import murmur2
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from pydantic import ValidationError
 
-from schemas.tickets import AuditRecord
+from schemas.tickets import AuditRecord, TicketResult
 from streams.kafka_config import confluent_config
 from streams.settings import Settings, get_settings
 from streams.topics import Topics
@@ -159,7 +159,19 @@ def render_png(w: Waterfall, path: Path) -> Path:
     return path
 
 
-# ---- reading the audit topic ------------------------------------------------------------------
+def result_line(result: TicketResult, width: int = WIDTH) -> str:
+    """The ticket's result on one line: where it went, as what, how sure, and how fast."""
+    how = "degraded" if result.degraded else f"{result.confidence:.2f}"
+    return _fit(
+        f"result: {result.route}, {result.category.value} {how}, model "
+        f"{result.model_version or '-'}, {result.latency_ms:.1f} ms end to end",
+        width,
+    )
+
+
+# ---- reading one ticket's records ------------------------------------------------------------
+
+M = TypeVar("M", AuditRecord, TicketResult)
 
 
 @dataclass
@@ -169,35 +181,61 @@ class Scan:
     partition: int
     read: int  # records read on the partition, the ticket's and others'
     seconds: float
+    results: list[TicketResult] = field(default_factory=list)
 
 
 def read_audit(
-    settings: Settings, ticket_id: str, since: datetime | None = None, idle_s: float = 2.0
+    settings: Settings,
+    ticket_id: str,
+    since: datetime | None = None,
+    idle_s: float = 2.0,
+    results: bool = False,
 ) -> Scan:
-    """The ticket's audit records: its partition only, from `since` (else the start) to the
-    end it had when the scan began."""
+    """The ticket's audit records (and with `results`, its results on `tickets.out.*`):
+    its partition only, from `since` (else the start) to the end it had when read."""
     started = time.perf_counter()
-    topic = Topics(settings.topic_prefix).audit
-    c = consumer(confluent_config(settings))
+    topics = Topics(settings.topic_prefix)
+    key = ticket_id.encode()
+    # a fetch waits up to fetch.wait.max.ms for data at the end of a partition, and holds up
+    # the requests behind it on the connection: short, as each partition is read to its end
+    c = consumer(confluent_config(settings), **{"fetch.wait.max.ms": 10})
     try:
-        meta = c.list_topics(topic, timeout=10).topics.get(topic)
-        if meta is None or meta.error is not None or not meta.partitions:
-            return Scan([], topic, -1, 0, time.perf_counter() - started)
-        key = ticket_id.encode()
-        tp = TopicPartition(topic, partition_of(key, len(meta.partitions)))
-        _, end = c.get_watermark_offsets(tp, timeout=10)
-        tp.offset = _start_offset(c, tp, since, end)
-        c.assign([tp])
-        records, read = _scan(c, tp, key, end, idle_s)
+        records, partition, read = _read_keyed(c, topics.audit, key, since, AuditRecord, idle_s)
+        found: list[TicketResult] = []
+        if results:
+            outs = sorted(
+                t for t in c.list_topics(timeout=10).topics if t.startswith(topics.out(""))
+            )
+            for topic in outs:
+                found += _read_keyed(c, topic, key, since, TicketResult, idle_s)[0]
     finally:
         c.close()
-    return Scan(records, topic, tp.partition, read, time.perf_counter() - started)
+    return Scan(records, topics.audit, partition, read, time.perf_counter() - started, found)
 
 
-def _start_offset(c: Consumer, tp: TopicPartition, since: datetime | None, end: int) -> int:
-    if since is None:
-        return OFFSET_BEGINNING
-    if since.tzinfo is None:  # the audit records' times are UTC, and so is a bare --since
+def _read_keyed(
+    c: Consumer, topic: str, key: bytes, since: datetime | None, model: type[M], idle_s: float
+) -> tuple[list[M], int, int]:
+    """(the records keyed `key` on `topic`, its partition, records read there)."""
+    meta = c.list_topics(topic, timeout=10).topics.get(topic)
+    if meta is None or meta.error is not None or not meta.partitions:
+        return [], -1, 0
+    tp = TopicPartition(topic, partition_of(key, len(meta.partitions)))
+    low, end = c.get_watermark_offsets(tp, timeout=10)
+    start = low if since is None else _offset_at(c, tp, since, end)
+    if start >= end:
+        return [], tp.partition, 0
+    tp.offset = start
+    c.assign([tp])
+    try:
+        records, read = _scan(c, tp, key, end, model, idle_s)
+    finally:
+        c.unassign()
+    return records, tp.partition, read
+
+
+def _offset_at(c: Consumer, tp: TopicPartition, since: datetime, end: int) -> int:
+    if since.tzinfo is None:  # the records' times are UTC, and so is a bare --since
         since = since.replace(tzinfo=timezone.utc)
     probe = TopicPartition(tp.topic, tp.partition, int(since.timestamp() * 1000))
     [found] = c.offsets_for_times([probe], timeout=10)
@@ -205,26 +243,29 @@ def _start_offset(c: Consumer, tp: TopicPartition, since: datetime | None, end: 
 
 
 def _scan(
-    c: Consumer, tp: TopicPartition, key: bytes, end: int, idle_s: float
-) -> tuple[list[AuditRecord], int]:
-    records: list[AuditRecord] = []
-    read, last = 0, time.monotonic()
-    while time.monotonic() - last < idle_s:
-        batch = c.consume(500, timeout=0.2)
+    c: Consumer, tp: TopicPartition, key: bytes, end: int, model: type[M], idle_s: float
+) -> tuple[list[M], int]:
+    """Read until the end the partition had: its last record seen, or the position there
+    (past a transaction's closing marker, which is no message); `idle_s` without a record
+    ends it too."""
+    records: list[M] = []
+    read, last, done = 0, time.monotonic(), False
+    while not done and time.monotonic() - last < idle_s:
+        # a batch short of 500 returns only at the timeout: keep it short
+        batch = c.consume(500, timeout=0.05)
         for msg in batch:
             if msg.error():
                 continue
             read += 1
+            done = done or msg.offset() >= end - 1
             if msg.key() == key:
                 try:
-                    records.append(AuditRecord.model_validate_json(msg.value()))
+                    records.append(model.model_validate_json(msg.value()))
                 except ValidationError:
-                    continue  # not an audit record of ours: skipped, never shown
+                    continue  # not a record of ours: skipped, never shown
         if batch:
             last = time.monotonic()
-        [pos] = c.position([tp])
-        if pos.offset >= end or end == 0:
-            break
+        done = done or c.position([tp])[0].offset >= end
     return records, read
 
 
@@ -249,15 +290,18 @@ def command(
     ] = None,
     no_png: Annotated[bool, typer.Option("--no-png", help="the text view only")] = False,
 ) -> None:
-    """Draw a ticket's path through the workflow as a waterfall, from the audit topic."""
+    """Draw a ticket's path through the workflow as a waterfall, from the audit topic, and
+    its result from tickets.out.*."""
     settings = get_settings()
-    scan = read_audit(settings, ticket_id, since)
+    scan = read_audit(settings, ticket_id, since, results=True)
     where = f"{scan.topic} partition {scan.partition}"
     if not scan.records:
         typer.echo(f"no audit records for that ticket on {where}", err=True)
         raise typer.Exit(1)
     w = waterfall(scan.records)
     typer.echo(render_text(w))
+    for result in scan.results:
+        typer.echo(result_line(result))
     typer.echo(f"read {scan.read} records of {where} in {scan.seconds:.2f} s")
     if not no_png:
         path = render_png(w, png or default_png(settings, ticket_id))

@@ -67,7 +67,7 @@ def test_trace_draws_a_processed_tickets_path_from_its_audit_partition(settings,
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80
-    assert scan.records[0].trace_id in out.stdout
+    assert scan.records[0].trace_id in out.stdout and "result: " in out.stdout
     rows = [line.split()[0] for line in lines[3 : 3 + len(scan.records)]]
     assert rows == [b.label.split()[0] for b in waterfall(scan.records).bars]
     assert png.read_bytes()[:4] == b"\x89PNG"

@@ -7,8 +7,15 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from schemas.tickets import AuditRecord, StepStatus
-from ticketflow.trace import default_png, partition_of, render_png, render_text, waterfall
+from schemas.tickets import AuditRecord, Category, StepStatus, TicketResult
+from ticketflow.trace import (
+    default_png,
+    partition_of,
+    render_png,
+    render_text,
+    result_line,
+    waterfall,
+)
 
 T0 = datetime(2026, 12, 4, 10, 0, tzinfo=timezone.utc)
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -106,3 +113,23 @@ def test_the_default_png_name_is_safe_for_any_ticket_id(tmp_path):
 @pytest.mark.parametrize("partitions", [1, 4, 12])
 def test_partition_of_is_the_java_clients_partitioner(key, murmur2, partitions):
     assert partition_of(key, partitions) == (murmur2 & 0x7FFFFFFF) % partitions
+
+
+def test_the_result_line_says_route_category_confidence_and_time_in_80_columns():
+    result = TicketResult(
+        ticket_id="t-1",
+        route="manual_review_for_a_route_with_a_long_name_" * 2,
+        category=Category.billing,
+        confidence=0.4321,
+        model_name="ticket_classifier",
+        model_version="v2",
+        decision_path=[],
+        latency_ms=412.26,
+        completed_at=T0,
+    )
+    line = result_line(result)
+    assert len(line) <= 80 and line.startswith("result: manual_review")
+    short = result.model_copy(update={"route": "after_sales"})
+    assert result_line(short) == "result: after_sales, billing 0.43, model v2, 412.3 ms end to end"
+    degraded = short.model_copy(update={"degraded": True})
+    assert "billing degraded" in result_line(degraded)
