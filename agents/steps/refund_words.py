@@ -19,6 +19,8 @@ _EN = (
     r"\brefund|\bmoney back\b|\bcharge ?back\b|\breimburse|\bstore credit\b|\brma\b|"
     r"\b(?:pay|paid) (?:me )?back\b|\b(?:money|payment|charge) (?:returned|reversed)\b|"
     r"\breverse (?:the|my|that|this) (?:payment|charge|transaction)\b|\bcredited back\b|"
+    r"\bcredit (?:it |that |the (?:money|amount|payment) )?(?:back )?(?:to|on|onto) my\b|"
+    r"\bcredit my (?:card|account)\b|"
     # desire verbs as lookbehinds, so that a negation before them stays before the match
     r"(?:(?<=want )|(?<=get )|(?<=give me )|(?<=need ))(?:back )?my (?:money|cash\b|\$)|"
     r"\breturn(?:ing|ed)? (?:it|this|that|them|these|those|the|my|an?|both|everything)\b|"
