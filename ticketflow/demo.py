@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -49,15 +50,35 @@ def sample_tickets(count: int, run: str) -> list[dict]:
 
 
 def run_demo(settings: Settings, count: int) -> None:
-    console.print("bringing up the local stack …")
-    stack.up(settings)
-    for part in services.APP_PARTS:
-        console.print(f"  {services.start_detached(settings, part.name)}")
-    _wait_views_built(settings)
+    started = datetime.now().replace(microsecond=0)  # local, as `dlq ls --since` reads it
+    try:
+        _start_everything(settings)
+    except (stack.StackError, RuntimeError, TimeoutError) as exc:
+        console.print(f"[red]the demo could not start:[/] {escape(str(exc))}")
+        raise SystemExit(1) from exc
     run = uuid.uuid4().hex[:6]
     results = _publish_and_watch(settings, count, run)
     _summarise(results, count)
-    _where_to_look(settings, results)
+    _where_to_look(settings, results, started)
+
+
+def _start_everything(settings: Settings) -> None:
+    console.print("bringing up the local stack …")
+    _stack_up(settings)
+    for part in services.APP_PARTS:
+        console.print(f"  {services.start_detached(settings, part.name)}")
+    _wait_views_built(settings)
+
+
+def _stack_up(settings: Settings) -> None:
+    """The stack; without Prometheus the demo still runs (it only loses the live view)."""
+    try:
+        stack.up(settings)
+    except stack.StackError as exc:
+        missing = [p.name for p in stack.status(settings) if not p.healthy]
+        if missing != ["prometheus"]:
+            raise
+        console.print(f"[yellow]Prometheus did not start:[/] {escape(str(exc))}")
 
 
 # ---- the feature job -------------------------------------------------------------------------
@@ -200,7 +221,7 @@ def _examples(results: list[dict]) -> list[dict]:
     return shown + [r for r in results[:6] if r not in shown][: max(0, 4 - len(shown))]
 
 
-def _where_to_look(settings: Settings, results: list[dict]) -> None:
+def _where_to_look(settings: Settings, results: list[dict], started: datetime) -> None:
     from ticketflow.stack import prometheus
 
     repeat = [r for r in results if int(r["ticket_id"].rsplit("-", 1)[1]) >= USERS]
@@ -213,7 +234,8 @@ def _where_to_look(settings: Settings, results: list[dict]) -> None:
         f"  its alerts   {url}/alerts",
         f"  a trace      ticketflow trace {ticket}",
         f"  its state    ticketflow status {ticket}",
-        "  dead letters ticketflow dlq ls, then ticketflow dlq show PARTITION:OFFSET",
+        f"  dead letters ticketflow dlq ls --since {started.isoformat()}",
+        "               then ticketflow dlq show PARTITION:OFFSET",
         f"  review       ticketflow review decide {review} --category billing"
         if review
         else "  review       ticketflow review stats",
