@@ -18,8 +18,10 @@ Writes bench/results/eval_models.json and docs/img/eval_models.png.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -32,6 +34,22 @@ MODEL = "ticket_classifier"
 WARM_UP = 20  # calls per version before measuring: the first ones load sessions and caches
 
 app = typer.Typer(help="Measure models and workflows on the held-out set.", no_args_is_help=True)
+
+
+@dataclass(frozen=True)
+class Triton:
+    """The Triton measured: its gRPC address and metrics port."""
+
+    grpc: str
+    metrics_port: int
+
+    @property
+    def grpc_port(self) -> int:
+        return int(self.grpc.rpartition(":")[2])
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
 
 @dataclass
@@ -59,9 +77,17 @@ def models(
     out: Annotated[Path, typer.Option(help="the JSON result")] = REPO
     / "bench/results/eval_models.json",
     plot_to: Annotated[Path, typer.Option(help="the plot")] = REPO / "docs/img/eval_models.png",
+    own_triton: Annotated[
+        bool,
+        typer.Option(
+            help="start a Triton of our own on the model repository as it is now (the "
+            "running one may serve models older than their files, and serves others too)"
+        ),
+    ] = False,
 ) -> None:
     """v1 alone, v2 alone, the ensemble and the cascade: accuracy, latency, CPU per ticket."""
-    summary = asyncio.run(_evaluate(limit, below))
+    with _own_triton() if own_triton else contextlib.nullcontext(_shared_triton()) as triton:
+        summary = asyncio.run(_evaluate(triton, limit, below))
     from ticketflow.eval_report import plot
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -71,7 +97,7 @@ def models(
     typer.echo(f"wrote {out} and {plot_to}")
 
 
-async def _evaluate(limit: int | None, below: float | None) -> dict:
+async def _evaluate(triton: Triton, limit: int | None, below: float | None) -> dict:
     from agents.steps.handlers import InferenceStep
     from agents.steps.parallel import ParallelStep
     from inference_gateway.client import GatewayClient
@@ -81,25 +107,30 @@ async def _evaluate(limit: int | None, below: float | None) -> dict:
     rows = split()[1][:limit]
     pick, judge = halves([f"{r['category']}/{r['language']}" for r in rows])
     steps = _steps()
-    with _private_gateway() as (url, gateway_pid):
+    with _private_gateway(triton) as (url, gateway_pid):
         async with GatewayClient(url) as client:
             infer = InferenceStep(client, lambda _env: 60_000)
             group = ParallelStep({"inference_call": infer})
             for version in ("v1", "v2"):
-                await _measure(version, infer, steps[version], rows[:WARM_UP], gateway_pid)
-            runs = {v: await _measure(v, infer, steps[v], rows, gateway_pid) for v in ("v1", "v2")}
+                await _measure(version, infer, steps[version], rows[:WARM_UP], gateway_pid, triton)
+            runs = {
+                v: await _measure(v, infer, steps[v], rows, gateway_pid, triton)
+                for v in ("v1", "v2")
+            }
             below, curve = _choose_below(rows, runs, pick, below)
             # the same curve on the half that did not choose: does the choice carry over?
             _, test_curve = _choose_below(rows, runs, judge, None)
             cascade = steps["v1"].model_copy(
                 update={"name": "infer", "version": None, "cascade": _cascade(below)}
             )
+            ensemble = steps["ensemble"]
             runs["ensemble"] = await _measure(
-                "ensemble", group, steps["ensemble"], rows, gateway_pid
+                "ensemble", group, ensemble, rows, gateway_pid, triton
             )
-            runs["cascade"] = await _measure("cascade", infer, cascade, rows, gateway_pid)
+            runs["cascade"] = await _measure("cascade", infer, cascade, rows, gateway_pid, triton)
     summary = _summary(rows, runs, pick, judge, below, curve)
-    return {**summary, "threshold_curve_test_half": test_curve, "served": _served()}
+    served = _served(triton)
+    return {**summary, "threshold_curve_test_half": test_curve, "served": served}
 
 
 def _choose_below(
@@ -135,12 +166,13 @@ def _cascade(below: float) -> Any:
     return Cascade(first="v1", then="v2", below=below)
 
 
-async def _measure(name: str, handler: Any, step: Any, rows: list[dict], gateway_pid: int) -> Run:
+async def _measure(
+    name: str, handler: Any, step: Any, rows: list[dict], gateway_pid: int, triton: Triton
+) -> Run:
     from ticketflow import triton_cpu
 
     run = Run(name)
-    metrics_url, grpc_port = _triton()
-    before = triton_cpu.sample(MODEL, metrics_url, grpc_port)
+    before = triton_cpu.sample(MODEL, triton.metrics_url, triton.grpc_port)
     gw_before = triton_cpu.cpu_seconds(gateway_pid) or 0.0
     t0 = time.perf_counter()
     for i, row in enumerate(rows):
@@ -156,7 +188,7 @@ async def _measure(name: str, handler: Any, step: Any, rows: list[dict], gateway
         run.confidences.append(pred.confidence if answered else 0.0)
         run.versions.append(pred.model_version if answered else None)
     run.seconds = time.perf_counter() - t0
-    run.cpu = triton_cpu.sample(MODEL, metrics_url, grpc_port).minus(before)
+    run.cpu = triton_cpu.sample(MODEL, triton.metrics_url, triton.grpc_port).minus(before)
     run.gateway_cpu_s = (triton_cpu.cpu_seconds(gateway_pid) or 0.0) - gw_before
     return run
 
@@ -181,37 +213,58 @@ def _envelope(ticket_id: str, text: str) -> Any:
     return env
 
 
-def _triton() -> tuple[str, int]:
-    """Triton's metrics URL and gRPC port, from the settings."""
+def _shared_triton() -> Triton:
+    """The running Triton of the settings (the local stack's)."""
     from streams.settings import Settings
 
     s = Settings()
-    return f"http://127.0.0.1:{s.triton_metrics_port}/metrics", s.triton_grpc_host_port[1]
+    return Triton(s.triton_grpc, s.triton_metrics_port)
 
 
-class _private_gateway:
-    """A gateway of our own for the run, response cache off (a repeated text would be free)."""
+@contextlib.contextmanager
+def _own_triton() -> Iterator[Triton]:
+    """A Triton of our own on free ports, serving the model repository as it is now."""
+    from inference_gateway import triton_server
+    from streams.settings import Settings
+    from ticketflow import services
 
-    def __enter__(self) -> tuple[str, int]:
-        from streams.settings import Settings
-        from ticketflow import services
-
-        url = f"http://127.0.0.1:{services.free_port()}"
-        env = {"TICKETFLOW_GATEWAY_URL": url, "TICKETFLOW_GATEWAY_CACHE_SIZE": "0"}
-        self.service = services.start_gateway(Settings(gateway_url=url), env)
-        return url, self.service.process.pid
-
-    def __exit__(self, *exc: object) -> None:
-        self.service.stop()
+    grpc, http, metrics = (services.free_port() for _ in range(3))
+    log = Settings().state_dir / "logs" / f"triton-eval-{grpc}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    typer.echo(f"starting a Triton of our own on :{grpc} (log {log})")
+    with triton_server.running(
+        triton_server.DEFAULT_MODEL_REPOSITORY, grpc, http, metrics, timeout_s=300, log_path=log
+    ):
+        yield Triton(f"127.0.0.1:{grpc}", metrics)
 
 
-def _served() -> dict:
+@contextlib.contextmanager
+def _private_gateway(triton: Triton) -> Iterator[tuple[str, int]]:
+    """A gateway of our own in front of `triton`, response cache off (a repeated text would
+    be free): its URL and pid."""
+    from streams.settings import Settings
+    from ticketflow import services
+
+    url = f"http://127.0.0.1:{services.free_port()}"
+    env = {
+        "TICKETFLOW_GATEWAY_URL": url,
+        "TICKETFLOW_GATEWAY_CACHE_SIZE": "0",
+        "TICKETFLOW_TRITON_GRPC": triton.grpc,
+    }
+    service = services.start_gateway(Settings(gateway_url=url), env)
+    try:
+        yield url, service.process.pid
+    finally:
+        service.stop()
+
+
+def _served(triton: Triton) -> dict:
     """Each version's files against the stub that serves them: a version rebuilt after its
     stub started is not what Triton answers with until it is loaded again."""
     from inference_gateway.model.train import MODEL_DIR
     from ticketflow import triton_cpu
 
-    _, stubs = triton_cpu.triton_processes(MODEL, _triton()[1])
+    _, stubs = triton_cpu.triton_processes(MODEL, triton.grpc_port)
     served = {}
     for version, pid in sorted(stubs.items()):
         folder = MODEL_DIR / version.removeprefix("v")
@@ -326,6 +379,11 @@ def _print(summary: dict) -> None:
     Console().print(table)
     share = summary["variants"]["cascade"]["share_to_v2"]
     typer.echo(f"cascade below {summary['cascade_below']}: {share:.1%} of tickets sent to v2")
+    if share == 0:
+        typer.echo(
+            "no ticket went to v2: on these tickets asking v2 where v1 is unsure did not pay, "
+            "so the cascade is v1 alone; --below sets a threshold to measure instead"
+        )
     typer.echo(f"targets: {summary['targets']}")
     stale = [v for v, s in summary["served"].items() if s["files_newer_than_the_loaded_model"]]
     if stale:
