@@ -149,6 +149,14 @@ class StepSpans:
                 attributes=_attributes(env, step),
             )
 
+    def adopt(self, env: Envelope, carried: str | None) -> None:
+        """Take the `traceparent` of the record that carried `env` as its sender's span, for a
+        step this module does not open (validate, route) or a record passed on (the retry
+        tier): its span, or its next record, continues from there."""
+        if tracer() is None or (ctx := remote_context(carried, env.trace_id)) is None:
+            return
+        self._last[env] = ctx
+
     def contexts(self, envs: Iterable[Envelope]) -> dict[str, SpanContext]:
         """ticket_id -> its open step span, for the calls a handler makes on their behalf."""
         if not len(self._open):  # tracing off: nothing was opened

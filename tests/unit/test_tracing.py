@@ -309,3 +309,18 @@ def test_steps_whose_sender_is_unknown_share_one_stand_in_parent_in_the_tickets_
     assert {first.context.trace_id, second.context.trace_id} == {int(TRACE, 16)}
     # its duration is the audited latency
     assert first.end_time - first.start_time == 2_000_000
+
+
+def test_an_adopted_traceparent_is_the_parent_and_passes_through_a_retry_tier(spans):
+    sender = f"00-{TRACE}-{SENDER}-01"
+    route = envelope("t-3", "route")
+    tracing.step_spans.adopt(route, sender)  # the router's record: no span opened for it
+    tracing.step_spans.finish(route, "route", "ok", 1.0)
+    [span] = spans.get_finished_spans()
+    assert parent_of(span) == int(SENDER, 16)
+    waiting = envelope("t-3", "infer")  # the retry tier re-sends what it was sent
+    tracing.step_spans.adopt(waiting, sender)
+    assert tracing.step_spans.traceparent(waiting) == sender
+    foreign = envelope("t-3", "infer")
+    tracing.step_spans.adopt(foreign, "00-" + "e" * 32 + f"-{SENDER}-01")
+    assert tracing.step_spans.traceparent(foreign) != sender
