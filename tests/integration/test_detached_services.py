@@ -6,7 +6,9 @@ topic prefix of this test) stands in for all of them, so the shared services are
 
 from __future__ import annotations
 
+import shutil
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,9 @@ from ticketflow.stack import process
 
 
 @pytest.fixture
-def own(live_stack: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+def own(
+    live_stack: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Settings]:
     # the child reads the environment, as the demo's do
     env = {
         "TICKETFLOW_STATE_DIR": str(tmp_path / "state"),
@@ -26,7 +30,10 @@ def own(live_stack: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    return Settings()
+    yield Settings()
+    # Faust's data folder, which the job made in the working directory
+    for folder in Path.cwd().glob(f"{env['TICKETFLOW_TOPIC_PREFIX']}*-data"):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_a_detached_service_outlives_its_start_and_stop_detached_ends_it(own: Settings) -> None:

@@ -452,3 +452,15 @@ def test_the_100x_init_container_fuses_the_current_default_workflow(tmp_path: Pa
     assert fused == default
     workflows = load_workflows(tmp_path / "ticket_classify.yaml")
     assert workflows.default.fuse and len(workflows.definitions) > 1
+
+
+@pytest.mark.parametrize("name", RENDERED)
+def test_faust_services_work_in_their_writable_state_volume(name: str) -> None:
+    """Faust makes `<app id>-data` in the working directory; the image's /app is read-only
+    to the pods' user."""
+    for w in (d for d in RENDERED[name] if _name(d) in {"worker", "features"}):
+        (c,) = _containers(w)
+        state = next(m for m in c["volumeMounts"] if m["name"] == "state")
+        assert c["workingDir"] == state["mountPath"]
+        volume = next(v for v in _pod_spec(w)["volumes"] if v["name"] == "state")
+        assert "emptyDir" in volume
