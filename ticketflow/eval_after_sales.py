@@ -22,7 +22,6 @@ from typing import Annotated
 import numpy as np
 import typer
 
-from agents.definition import load_definition
 from agents.steps.clean import clean_text
 from agents.steps.rules import RuleInput, apply_rules
 from inference_gateway.cache import normalize_text
@@ -85,6 +84,8 @@ def load_cases(path: Path = FIXTURE) -> list[Case]:
 
 def rules_step(path: Path = WORKFLOW) -> Step:
     """The definition's rule_engine step: its rules and thresholds are what is evaluated."""
+    from agents.definition import load_definition  # the engine's registry: slow to import
+
     steps = [s for s in load_definition(path).steps if s.type == "rule_engine"]
     if len(steps) != 1:
         raise ValueError(f"{path}: expected one rule_engine step, found {len(steps)}")
