@@ -458,7 +458,10 @@ def test_the_100x_init_container_fuses_the_current_default_workflow(tmp_path: Pa
 def test_faust_services_work_in_their_writable_state_volume(name: str) -> None:
     """Faust makes `<app id>-data` in the working directory; the image's /app is read-only
     to the pods' user."""
-    for w in (d for d in RENDERED[name] if _name(d) in {"worker", "features"}):
+    faust = [d for d in RENDERED[name] if d["kind"] in WORKLOADS]
+    faust = [d for d in faust if _name(d) in {"worker", "features"}]
+    assert len(faust) == 2
+    for w in faust:
         (c,) = _containers(w)
         state = next(m for m in c["volumeMounts"] if m["name"] == "state")
         assert c["workingDir"] == state["mountPath"]
