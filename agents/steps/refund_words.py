@@ -20,7 +20,10 @@ _EN = (
     r"\b(?:pay|paid) (?:me )?back\b|\b(?:money|payment|charge) (?:returned|reversed)\b|"
     r"\breverse (?:the|my|that|this) (?:payment|charge|transaction)\b|\bcredited back\b|"
     r"\bcredit (?:it |that |the (?:money|amount|payment) )?(?:back )?(?:to|on|onto) my\b|"
-    r"\bcredit my (?:card|account)\b|"
+    r"\bcredit my (?:card|account)\b|\bcompensat(?:e|ion)\b|"
+    r"\b(?:repair|fix) (?:it )?or (?:replace|swap|exchange)|"
+    r"\breplace (?:it )?or (?:repair|refund)\b|"
+    r"\bgive (?:it|them|this|these) back\b|"
     # desire verbs as lookbehinds, so that a negation before them stays before the match
     r"(?:(?<=want )|(?<=get )|(?<=give me )|(?<=need ))(?:back )?my (?:money|cash\b|\$)|"
     r"\breturn(?:ing|ed)? (?:it|this|that|them|these|those|the|my|an?|both|everything)\b|"
@@ -44,7 +47,8 @@ _ZH = (
     r"钱(?:还|退|返)(?:给)?我|把钱(?:还|退|返)|钱(?:要|拿)回来|返还货款|"
     r"钱[^，。,.!?！？]{0,6}(?:还给我|还我|退给我|打回|返还|返回|回来|拿回)|"
     r"(?:(?<=想)|(?<=要)|(?<=想 )|(?<=要 ))return\b|"
-    r"(?:要|还)回?我的钱|还我钱|(?<!被)寄回|寄还|(?:申请|走|办)了?售后|"
+    r"(?:要|还)回?我的钱|还我钱|(?<!被)寄回|寄还|(?:申请|走|办)了?售后|赔偿|赔钱|补偿|"
+    r"换(?:一个|个)?(?:能用|正常)的|"
     r"(?:申请|走|办)了?(?:七|7)天无理由|"
     # lookbehinds, so that a negation before the verb stays before the match
     r"(?:(?<=能)|(?<=可以)|(?<=要)|(?<=想)|(?<=给我)|(?<=帮我)|(?<=申请)|(?<=怎么)|(?<=如何)|"
@@ -83,7 +87,7 @@ _NEG_EN = re.compile(
 # be rid of the thing, which is a return), right before the word
 _NEG_ZH = re.compile(
     r"(?:不要|不想|不用|不需要|不打算|没打算|不是要|不是想|无需|不必|没想|不考虑|不申请)"
-    r"[^了]{0,3}$|不是$"
+    r"[^了]{0,3}$|不是\s?$"
 )
 # what the customer would do ("I'm not returning it", "won't be sending them back"): a bare
 # negation right before such a verb negates it; a refund not received is still asked for

@@ -28,6 +28,10 @@ def asks(text: str) -> bool:
         "I want a replacement unit",
         "鞋子码数小了，能换大一码吗",
         "Where is my RMA label?",
+        "Please credit my card for the missing item",
+        "It broke twice, I want compensation",
+        "Can you repair or replace it?",
+        "摔坏的不是我，要求赔偿",
     ],
 )
 def test_requests_are_found(text: str) -> None:
@@ -47,6 +51,7 @@ def test_requests_are_found(text: str) -> None:
         "不是退款的事，发票抬头要改",
         "不用退了，已经修好了",
         "我不打算退，想问下怎么设置",
+        "不是 refund 的事， invoice 抬头要改",  # mixed: a space after the negation
     ],
 )
 def test_declined_requests_are_not(text: str) -> None:
