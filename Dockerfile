@@ -7,6 +7,7 @@ COPY streams streams
 COPY agents agents
 COPY inference_gateway inference_gateway
 COPY feature_jobs feature_jobs
+COPY ingest ingest
 COPY ticketflow ticketflow
 RUN pip install --no-cache-dir .
 ENV TICKETFLOW_STATE_DIR=/var/lib/ticketflow
