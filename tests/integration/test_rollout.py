@@ -35,7 +35,7 @@ from ticketflow import services
 pytestmark = pytest.mark.integration
 
 RATE = 20  # tickets a second: steady traffic a worker on a shared CPU keeps up with
-PHASE_S = 5.0  # traffic under each routing config
+PHASE_S = 4.0  # traffic under each routing config
 SETTLE_S = 1.0  # a gateway applies a config within ~0.5 s; a call in flight finishes
 CANARY = 30
 
