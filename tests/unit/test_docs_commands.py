@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import click
 import pytest
 import typer
 
@@ -36,11 +35,11 @@ def _mentions() -> set[tuple[str, ...]]:
 
 def _resolves(words: tuple[str, ...]) -> bool:
     """Whether the leading words name a command; trailing words may be arguments."""
-    command: click.Command = typer.main.get_command(app)
+    command = typer.main.get_command(app)
     if not words or words[0] not in getattr(command, "commands", {}):
         return False
     for word in words:
-        if not isinstance(command, click.Group):
+        if not hasattr(command, "commands"):
             return True  # the rest are arguments of a leaf command
         sub = command.commands.get(word)
         if sub is None:
