@@ -39,6 +39,12 @@ MODEL = DEFAULT_CONFIG.name
 HISTORY_LIMIT = 20
 FIRST_BUILT_VERSION = 3  # 1 and 2 are train.py's, built at set-up
 LOAD_TIMEOUT_S = 120.0
+# what Triton answers a load request unless it runs with --model-control-mode=explicit
+NOT_EXPLICIT = "load / unload is not allowed"
+NOT_EXPLICIT_HINT = (
+    " (this Triton was started without explicit model control; restart it with this"
+    " version's `ticketflow stack down && ticketflow stack up`)"
+)
 QUIET_S = 2.0  # no request for this long before a version is unloaded (see wait_quiet)
 SMOKE_TEXT = "I was charged twice for my order, please refund one payment"
 
@@ -252,7 +258,10 @@ def deploy(target: Target, staging: Path, canary: int = 10) -> Deployed:
         scores = smoke_test(target, version)
     except Exception as error:
         _undo(target, version, before)
-        raise RolloutError(f"v{version} did not load; Triton keeps {before}: {error}") from None
+        hint = NOT_EXPLICIT_HINT if NOT_EXPLICIT in str(error) else ""
+        raise RolloutError(
+            f"v{version} did not load; Triton keeps {before}: {error}{hint}"
+        ) from None
     config = with_canary(current(target), f"v{version}", canary)
     switch(target, config)
     return Deployed(version, [*before, version], config, scores)

@@ -248,3 +248,15 @@ def test_listing_without_triton_still_shows_disk_and_traffic(fakes, target) -> N
 
     rows = rollout.listing(target, states=down)
     assert [(r.version, r.state, r.share) for r in rows] == [(1, "unreachable", 100)]
+
+
+def test_a_triton_without_explicit_control_is_named_as_the_cause(
+    fakes, target, staging, monkeypatch
+) -> None:
+    def refuse(_target, _versions) -> None:
+        raise RuntimeError("explicit model load / unload is not allowed if polling is enabled")
+
+    monkeypatch.setattr(rollout, "load_versions", refuse)
+    with pytest.raises(rollout.RolloutError, match="without explicit model control"):
+        rollout.deploy(target, staging)
+    assert not (fakes.model_dir / "3").exists()
