@@ -268,9 +268,11 @@ def deploy(target: Target, staging: Path, canary: int = 10) -> Deployed:
 
 
 def _undo(target: Target, version: int, before: list[int]) -> None:
-    if version in loaded(target):
-        load_versions(target, before)
-    shutil.rmtree(target.model_dir / str(version), ignore_errors=True)
+    try:
+        if version in loaded(target):
+            load_versions(target, before)
+    finally:  # even when Triton is gone: a restarted one must not find a broken version
+        shutil.rmtree(target.model_dir / str(version), ignore_errors=True)
 
 
 def promote(target: Target, version: str | None = None) -> RoutingConfig:
@@ -291,7 +293,9 @@ def rollback(target: Target, steps: int = 1) -> RoutingConfig:
     if len(past) < steps:
         raise RolloutError(f"only {len(past)} earlier config(s) in {target.history_topic}")
     restored = past[-steps]
-    missing = [v for v in restored.versions if int(triton_version(v)) not in loaded(target)]
+    serving = loaded(target)
+    used = [v for v, w in restored.versions.items() if w > 0 or v == restored.default]
+    missing = [v for v in used if int(triton_version(v)) not in serving]
     if missing:
         raise RolloutError(f"cannot restore a config routing to unloaded {missing}")
     publish(restored, target.bootstrap, target.topic)
