@@ -69,7 +69,7 @@ def waterfall(records: Sequence[AuditRecord]) -> Waterfall:
     end = max(r.at for r in ordered)
     bars = [
         Bar(
-            label=r.step if r.attempt == 1 else f"{r.step} #{r.attempt}",
+            label=_clean(r.step if r.attempt == 1 else f"{r.step} #{r.attempt}"),
             outcome=r.outcome.value,
             start_ms=(r.at - t0).total_seconds() * 1000 - r.latency_ms,
             latency_ms=r.latency_ms,
@@ -80,12 +80,18 @@ def waterfall(records: Sequence[AuditRecord]) -> Waterfall:
     last = ordered[-1]
     return Waterfall(
         ticket_id=last.ticket_id,
-        trace_id=last.trace_id,
-        workflow=f"{last.workflow} v{last.workflow_version}",
-        model_version=versions[-1] if versions else None,
+        trace_id=_clean(last.trace_id),
+        workflow=_clean(f"{last.workflow} v{last.workflow_version}"),
+        model_version=_clean(versions[-1]) if versions else None,
         total_ms=(end - t0).total_seconds() * 1000,
         bars=bars,
     )
+
+
+def _clean(text: str) -> str:
+    # anyone who may write to the audit topic chooses these strings: no control character
+    # reaches the terminal, and no "$" starts matplotlib's math mode in the PNG
+    return "".join(c if c.isprintable() and c != "$" else "?" for c in text)
 
 
 def render_text(w: Waterfall, width: int = WIDTH) -> str:
@@ -162,11 +168,11 @@ def render_png(w: Waterfall, path: Path) -> Path:
 def result_line(result: TicketResult, width: int = WIDTH) -> str:
     """The ticket's result on one line: where it went, as what, how sure, and how fast."""
     how = "degraded" if result.degraded else f"{result.confidence:.2f}"
-    return _fit(
+    line = (
         f"result: {result.route}, {result.category.value} {how}, model "
-        f"{result.model_version or '-'}, {result.latency_ms:.1f} ms end to end",
-        width,
+        f"{result.model_version or '-'}, {result.latency_ms:.1f} ms end to end"
     )
+    return _fit(_clean(line), width)
 
 
 # ---- reading one ticket's records ------------------------------------------------------------

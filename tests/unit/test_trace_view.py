@@ -133,3 +133,11 @@ def test_the_result_line_says_route_category_confidence_and_time_in_80_columns()
     assert result_line(short) == "result: after_sales, billing 0.43, model v2, 412.3 ms end to end"
     degraded = short.model_copy(update={"degraded": True})
     assert "billing degraded" in result_line(degraded)
+
+
+def test_control_characters_and_math_mode_from_the_topic_are_neutralised(tmp_path):
+    forged = [audit("\x1b]0;pwned\x07step", 5, 5, model_version="$\\frac{1}{0}$")]
+    w = waterfall(forged)
+    text = render_text(w)
+    assert "\x1b" not in text and "\x07" not in text and "$" not in text
+    render_png(w, tmp_path / "forged.png")  # no mathtext error
