@@ -38,7 +38,7 @@ from agents.emitter import Emitter, utcnow
 from agents.errors import BadRecord
 from agents.hops import HopClock
 from agents.pools import StepSet, step_set
-from agents.records import read_envelope, read_ticket, retry_wait_s, trace_id
+from agents.records import read_envelope, read_ticket, retry_wait_s, trace_id, traceparent
 from agents.remote_state import RemoteStates, StateInbox
 from agents.review_agent import ReviewAgent
 from agents.router import Router
@@ -68,6 +68,7 @@ from streams.settings import Settings
 from streams.tables import WriteBehindTable
 from streams.take import take_ready
 from streams.topics import Topics
+from streams.tracing import step_spans
 
 log = logging.getLogger(__name__)
 
@@ -281,6 +282,7 @@ class WorkflowEngine:
                 input_sha256=self.audit_digest(ticket.text),
                 started_at=utcnow(),
             )
+            step_spans.adopt(env, traceparent(msg.headers))
             self.emitter.record(env, step, StepStatus.ok, t0, detail=choice.reason)
             valid.append((event, env))
         # still on the partition the producer chose: no state until the first hop
@@ -294,6 +296,7 @@ class WorkflowEngine:
         for event in events:
             env = self._read(event, step)
             if env is not None and self._admit(event, env):
+                step_spans.adopt(env, traceparent(event.message.headers))
                 admitted.append((event, env))
         await self._run_from(step, admitted, keyed=True)
 
@@ -390,6 +393,7 @@ class WorkflowEngine:
             wait = retry_wait_s(env, delay_ms, utcnow())
             if wait > 0:
                 await asyncio.sleep(wait)
+            step_spans.adopt(env, traceparent(msg.headers))
             self.emitter.send(self.topics.step(env.step), env)
 
         return forward
