@@ -15,6 +15,12 @@ import re
 # "the return key"), so it must be about sending something back; 退 alone is too ("退出登录",
 # "退订"), so it must be the verb of a refund or return.
 _NOT_GOODS = r"(?!invoice|receipt|bill|email|form|document|contract|link|code|message)"
+_CURRENCY = r"dollars|bucks|euros|pounds|quid"
+# "cash back" alone is a billing promotion: cash counts with an owner ("my cash back")
+_MONEY = (
+    rf"money|payment|(?:my|the|our) cash|funds|amount|charges?|{_CURRENCY}|\$\d+|"
+    rf"\d+ (?:{_CURRENCY})"
+)
 _EN = (
     r"\brefund|\bmoney back\b|\bcharge ?back\b|\breimburse|\bstore credit\b|\brma\b|"
     r"\b(?:pay|paid) (?:me )?back\b|\b(?:money|payment|charge) (?:returned|reversed)\b|"
@@ -39,6 +45,13 @@ _EN = (
     r"\b(?:get|have) (?:it |this |them |these )?(?:replaced|exchanged|swapped|refunded)\b|"
     r"\b(?:exchanged|swapped|replaced) (?:for|with) (?:a|an|one|another|the)\b|"
     r"(?:(?<=要)|(?<=要个)|(?<=要个 )|(?<=想换)|(?<=想换 ))(?:replacement|exchange|new one)\b|"
+    # the money named, then "back" a few words on: "put the second payment back on my card"
+    rf"\b(?:{_MONEY})\b(?: \w+){{0,3}} back\b(?! to (?:the )?(?:client|server|caller|app))|"
+    r"\bback (?:on|to|onto) my (?:\w+ )?(?:card|account)\b|"
+    # another size or the item that was ordered: a swap, whatever verb comes with it
+    r"\b(?:smaller|bigger|larger) (?:size|one)\b|\bsize (?:up|down)\b|\bnext size\b|"
+    r"\bwrong (?:size|colou?r)\b|\bnot what i (?:ordered|paid for)\b|"
+    r"\b(?:a|the|size) \d{1,2}(?:\.5)? instead\b|"
     r"\breplace (?:it|this|that|them|these|the \w+)\b|"
     r"\b(?:just|only) (?:a |an |the )?(?:replacement|exchange|new one)\b"
 )
@@ -46,10 +59,13 @@ _ZH = (
     r"退款|退货|退钱|退费|(?<!被)退回|退掉|退换|换货|换新|调换|退给我|原路(?:退回|返回)|"
     r"钱(?:还|退|返)(?:给)?我|把钱(?:还|退|返)|钱(?:要|拿)回来|返还货款|"
     r"钱[^，。,.!?！？]{0,6}(?:还给我|还我|退给我|打回|返还|返回|回来|拿回)|"
-    r"(?:(?<=想)|(?<=要)|(?<=想 )|(?<=要 ))return\b|"
+    r"(?:(?<=想)|(?<=要)|(?<=想 )|(?<=要 ))(?:return|exchange|swap|send (?:it )?back)\b|"
     r"(?:要|还)回?我的钱|还我钱|(?<!被)寄回|寄还|(?:申请|走|办)了?售后|赔偿|赔钱|补偿|"
     r"换(?:一个|个)?(?:能用|正常)的|"
-    r"(?:申请|走|办)了?(?:七|7)天无理由|"
+    r"(?:七|7)天无理由|发错(?:货|了)|货不对板|买错了|"
+    # 换 asked for, not 换手机号: the verb ends the clause or takes a count
+    r"(?:能|可以|能不能|可不可以|想|要)换(?=[吗呢吧？?。，,！!\s]|$|一下|一个|个|货)|"
+    r"(?:尺码|码数|码子|尺寸|size)\s?(?:不对|不合适|错了|偏大|偏小|太大|太小)|"
     # lookbehinds, so that a negation before the verb stays before the match
     r"(?:(?<=能)|(?<=可以)|(?<=要)|(?<=想)|(?<=给我)|(?<=帮我)|(?<=申请)|(?<=怎么)|(?<=如何)|"
     r"(?<=不给)|(?<=不让)|(?<=拒绝))退(?![出订休役步缩])|"
@@ -58,6 +74,9 @@ _ZH = (
 )
 REQUEST = re.compile(f"{_EN}|{_ZH}", re.IGNORECASE)
 
+_THANKS = (
+    r"(?=(?:(?!\bbut\b)[^.?!]){0,30}(?:[.?!] *)?(?:thanks|thank you|cheers)\b(?! for nothing))"
+)
 # "refund policy" and the like, asked about in general, and parcels sent back by the
 # courier: masked before REQUEST is searched, so that only a request elsewhere counts
 NOT_A_REQUEST = re.compile(
@@ -65,7 +84,13 @@ NOT_A_REQUEST = re.compile(
     r"(?:退款|退货|退换货|换货|售后)(?:政策|规则|条款)|"
     # a parcel the courier takes back is a shipping matter
     r"\breturn(?:ed|ing)? to (?:the )?sender\b|\b(?:how )?do (?:refunds|returns) work\b|"
-    r"(?:被|要|已|已经)?退回(?:到)?(?:仓库|发件人|寄件人|原地址)",
+    r"(?:被|要|已|已经)?退回(?:到)?(?:仓库|发件人|寄件人|原地址)|"
+    # a refund that arrived, with thanks: the ticket is about something else
+    rf"\b(?:got|received|have) (?:my|the) refund\b{_THANKS}|"
+    rf"(?:\brefund|退款) (?:came through|arrived|went through|has arrived)\b{_THANKS}|"
+    # a pre-sale question: "支持七天无理由吗"
+    r"(?:支持|有没有|是不是|是否)(?:七|7)天无理由(?:退货|退换)?|"
+    r"退款(?:已经)?(?:收到|到账)了?(?=[，,!！。 ]*(?:谢谢|感谢|多谢))",
     re.IGNORECASE,
 )
 
@@ -105,9 +130,67 @@ def _negated(prefix: str, word: str) -> bool:
     return bool(_NEG_EN.search(clause) or _NEG_ZH.search(clause))
 
 
+# Slang spelled out, so that the patterns above see the words they know
+_SLANG = {
+    "gimme": "give me",
+    "wanna": "want to",
+    "lemme": "let me",
+    "em": "them",
+    "'em": "them",
+    "pls": "please",
+    "plz": "please",
+    "dont": "don't",
+    "wont": "won't",
+}
+_SLANG_RE = re.compile(r"(?<![\w'])(?:" + "|".join(map(re.escape, _SLANG)) + r")\b", re.I)
+# Typos of the request words (one letter dropped, doubled, swapped or wrong) are read as the
+# word; real words one edit away from one are not ("rerun" is no "return")
+_KEYWORDS = (
+    "refund",
+    "refunded",
+    "return",
+    "returned",
+    "returning",
+    "exchange",
+    "exchanged",
+    "replace",
+    "replaced",
+    "replacement",
+    "reimburse",
+    "reimbursed",
+)
+_NOT_TYPOS = frozenset({"rerun", "reruns", "retune", "returns", "refunds", "exchanges"})
+_LATIN = re.compile(r"[A-Za-z]{5,13}")
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """Whether `a` is `b` with one letter dropped, added, changed, or two neighbours swapped."""
+    if abs(len(a) - len(b)) > 1 or a == b:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        swapped = len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]]
+        return len(diff) == 1 or (swapped and a[diff[1]] == b[diff[0]])
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
+
+
+def _spell(word: str) -> str:
+    low = word.lower()
+    if low in _NOT_TYPOS or low in _KEYWORDS:
+        return word
+    return next((k for k in _KEYWORDS if _one_edit(low, k)), word)
+
+
+def normalise(text: str) -> str:
+    """Slang spelled out and typos of the request words corrected (the words are read on this)."""
+    text = _SLANG_RE.sub(lambda m: _SLANG[m[0].lower()], text)
+    return _LATIN.sub(lambda m: _spell(m[0]), text)
+
+
 def refund_words(text: str) -> list[str]:
     """The refund, return or exchange words of `text` that ask for one (not negated)."""
-    masked = NOT_A_REQUEST.sub(lambda m: " " * len(m[0]), text)
+    masked = NOT_A_REQUEST.sub(lambda m: " " * len(m[0]), normalise(text))
     return [m[0] for m in REQUEST.finditer(masked) if not _negated(masked[: m.start()], m[0])]
 
 

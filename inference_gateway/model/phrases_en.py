@@ -193,6 +193,34 @@ PHRASES: dict[str, dict[str, list[str]]] = {
             "I cancelled order {order}, when does the payment go back on my card?",
             "The order never came, I want the payment reversed.",
             "Put the money for the {product} back on my {payment}, please.",
+            # question forms: a request asked as a question
+            "Can I just send the {product} back?",
+            "Is it too late to send back the {product}? I got it {date}.",
+            "How do I get my money back for the {product}?",
+            "Would you accept the {product} back? Not what I expected.",
+            "What's the process for sending this {product} back?",
+            "Any chance I can get my {amount} back?",
+            "Can the {product} be swapped for a different size?",
+            # terse and slang
+            "{product} busted. swap it?",
+            "the {product} is trash, gimme my money back",
+            "wanna return this {product} asap",
+            "{product} is defective, send me a return label",
+            "{product} dead on arrival, need a new one",
+            "I want my {amount} back.",
+            # fit, size and wrong-item forms: the customer wants another one, not a fix
+            "The {product} is too small, I need a bigger size.",
+            "The {product} is too big, can I get a size {n} instead?",
+            "The {product} doesn't fit, I need the next size up.",
+            "This is not what I ordered, what now?",
+            "Wrong colour {product} in the box, I need the one I ordered.",
+            "I got two {product}s but only ordered one, how do I send one back?",
+            # indirect: the request is implied by what they refuse to keep
+            "The {product} gets dangerously hot, I won't keep it.",
+            "Cancel the order and put the money back on my card.",
+            "The {product} came damaged, please reimburse me.",
+            "Who reimburses me for the {product} that came broken?",
+            "The {product} failed within warranty, can you replace it?",
         ],
         "detail": [
             "The box is unopened.",
@@ -273,6 +301,13 @@ PHRASES: dict[str, dict[str, list[str]]] = {
             "No need to send it back, I only need the setup guide for the {product}.",
             "Just bought the {product}, how do I connect it to my phone?",
             "My new {product} works fine but the app doesn't show it.",
+            # 'return' as a programming or keyboard word
+            "The parser returns null for dates with slashes.",
+            "The query returns nothing for names with an accent.",
+            "The endpoint returns an empty list since {date}.",
+            "The return key does nothing in the search box.",
+            "Going back to the home screen logs me out.",
+            "I'm not sending it back, I just need the {product} to pair with my TV.",
         ],
         "detail": [
             "I'm on {os} with {browser}.",
@@ -330,6 +365,9 @@ PHRASES: dict[str, dict[str, list[str]]] = {
             "I can't verify my identity, the ID upload is rejected.",
             "I don't need anything refunded, I just want to change my login email.",
             "Not asking for anything back, I just need my account unlocked.",
+            "Just returned from a business trip and my password no longer works.",
+            "The refund came through, thanks. Now how do I change my username?",
+            "Since I got back from a trip the app says my session expired.",
         ],
         "detail": [
             "My username is {user}.",
@@ -442,6 +480,9 @@ PHRASES: dict[str, dict[str, list[str]]] = {
             "The {product} is brilliant, just wanted to tell you.",
             "Happy with the {product}, do you sell a matching case?",
             "Bought a {product} {date}, which accessories work with it?",
+            "Is the refund policy going to be different after the new year?",
+            "Do returns work differently for sale items? Asking before I buy.",
+            "Love the {product}, how do I clean it safely?",
         ],
         "detail": [
             "Just curious.",
