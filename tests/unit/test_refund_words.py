@@ -115,3 +115,62 @@ def test_clauses_bound_the_negation() -> None:
     # the negation ends with its clause (full-width comma folded by NFKC to ",")
     assert asks("我不想等了，退款吧")
     assert asks("I don't want this anymore. Refund me")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "refnd pls, it never worked",  # a letter dropped
+        "i wnat to retrun this jacket",  # two neighbours swapped
+        "can I exhcange it for a blue one",
+        "the earbuds are busted, swap em?",  # slang spelled out
+        "this thing is trash, gimme my money back",
+        "wanna return this asap",
+    ],
+)
+def test_slang_and_typos_of_the_words_count(text: str) -> None:
+    assert asks(text), refund_words(clean_text(text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Please put the second payment back on my card",  # the money named, then "back"
+        "I want my 39 dollars back",
+        "I'd like the full amount back please",
+        "Size 42 is too big, need a 41 instead",  # another size is a swap
+        "Too tight, can I get the next size up?",
+        "Wrong colour, I ordered grey",
+        "this is not what I ordered, what now",
+        "size 不对，想 exchange 一下",  # mixed: the English verb after 想
+        "能不能换一个",
+        "鞋子小了能换吗",
+        "码数偏小",
+        "买错了",
+        "七天无理由",
+        "你们发错货了",
+    ],
+)
+def test_requests_without_refund_words_are_found(text: str) -> None:
+    assert asks(text), refund_words(clean_text(text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "rerun the import job please, it failed overnight",  # one edit from "return"
+        "How do I get cash back at checkout?",  # a promotion, not money returned
+        "The API returns the wrong amount back to the client",
+        "I got my refund yesterday, thanks! How do I add a second user?",
+        "退款已经到账了，谢谢！另外怎么改昵称",
+        "买之前问一下，支持七天无理由吗",
+        "我想换手机号",  # 换 of something that is no purchase
+        "I dont wanna return it, just help me set it up",
+    ],
+)
+def test_look_alikes_of_the_new_forms_are_not_requests(text: str) -> None:
+    assert not asks(text), refund_words(clean_text(text))
+
+
+def test_thanks_for_a_refund_that_fell_short_keeps_the_request() -> None:
+    assert asks("my refund arrived but it is half of what I paid, thanks for nothing")
