@@ -43,6 +43,8 @@ _EN = (
     r"(?:(?<=want )|(?<=need )|(?<=like )|(?<=get )|(?<=request ))(?:a )?replacement\b|"
     r"\b(?:a|the) replacement\b(?! (?:card|code|password|link|key))|"
     r"\b(?:get|have) (?:it |this |them |these )?(?:replaced|exchanged|swapped|refunded)\b|"
+    r"(?:(?<=want )|(?<=need ))(?:it |this |them |these |the (?:\w+ ){0,3})?"
+    r"(?:replaced|exchanged|swapped|refunded)\b|"
     r"\b(?:exchanged|swapped|replaced) (?:for|with) (?:a|an|one|another|the)\b|"
     r"(?:(?<=要)|(?<=要个)|(?<=要个 )|(?<=想换)|(?<=想换 ))(?:replacement|exchange|new one)\b|"
     # the money named, then "back" a few words on: "put the second payment back on my card"
@@ -52,6 +54,8 @@ _EN = (
     r"\b(?:smaller|bigger|larger) (?:size|one)\b|\bsize (?:up|down)\b|\bnext size\b|"
     r"\bwrong (?:size|colou?r)\b|\bnot what i (?:ordered|paid for)\b|"
     r"\b(?:a|the|size) \d{1,2}(?:\.5)? instead\b|"
+    # the remedy left to the seller: after-sales, whatever the fault
+    r"\bmake (?:it|this|that|things) right\b(?!-)|\bstand behind (?:it|this|your|the)\b|"
     r"\breplace (?:it|this|that|them|these|the \w+)\b|"
     r"\b(?:just|only) (?:a |an |the )?(?:replacement|exchange|new one)\b"
 )
@@ -63,19 +67,21 @@ _ZH = (
     r"(?:要|还)回?我的钱|还我钱|(?<!被)寄回|寄还|(?:申请|走|办)了?售后|赔偿|赔钱|补偿|"
     r"换(?:一个|个)?(?:能用|正常)的|"
     r"(?:七|7)天无理由|发错(?:货|了)|货不对板|买错了|"
+    r"给(?:我|个)?(?:一个)?说法|(?:你们)?看着办|"
     # 换 asked for, not 换手机号: the verb ends the clause or takes a count
     r"(?:能|可以|能不能|可不可以|想|要)换(?=[吗呢吧？?。，,！!\s]|$|一下|一个|个|货)|"
     r"(?:尺码|码数|码子|尺寸|size)\s?(?:不对|不合适|错了|偏大|偏小|太大|太小)|"
     # lookbehinds, so that a negation before the verb stays before the match
     r"(?:(?<=能)|(?<=可以)|(?<=要)|(?<=想)|(?<=给我)|(?<=帮我)|(?<=申请)|(?<=怎么)|(?<=如何)|"
     r"(?<=不给)|(?<=不让)|(?<=拒绝))退(?![出订休役步缩])|"
-    r"退(?:了吧|吗|一下)|换(?:一个|个|一台|一件|一双)?(?:新的|好的)|"
+    r"退(?:了吧|吗|一下)|换(?:成|一个|个|一台|一件|一双)?(?:新的|好的)|"
     r"换(?:大|小)一?码|换(?:个|一个)?(?:尺码|码数|颜色)"
 )
 REQUEST = re.compile(f"{_EN}|{_ZH}", re.IGNORECASE)
 
 _THANKS = (
-    r"(?=(?:(?!\bbut\b)[^.?!]){0,30}(?:[.?!] *)?(?:thanks|thank you|cheers)\b(?! for nothing))"
+    r"(?=(?:(?!\bbut\b)[^.?!]){0,30}(?:[.?!] *)?"
+    r"(?:thanks|thank you|thx|thnx|ty|cheers)\b(?! for nothing))"
 )
 # "refund policy" and the like, asked about in general, and parcels sent back by the
 # courier: masked before REQUEST is searched, so that only a request elsewhere counts

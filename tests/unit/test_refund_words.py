@@ -149,6 +149,10 @@ def test_slang_and_typos_of_the_words_count(text: str) -> None:
         "买错了",
         "七天无理由",
         "你们发错货了",
+        "不是要退款，是想把坏的换成好的",
+        "I want the faulty charger exchanged",
+        "You charged me 120 for a watch that dies in an hour. Make it right.",
+        "花了钱买个坏的，你们看着办吧",
     ],
 )
 def test_requests_without_refund_words_are_found(text: str) -> None:
@@ -166,6 +170,9 @@ def test_requests_without_refund_words_are_found(text: str) -> None:
         "买之前问一下，支持七天无理由吗",
         "我想换手机号",  # 换 of something that is no purchase
         "I dont wanna return it, just help me set it up",
+        "I don't want it replaced, just fixed",  # the negation before the lookbehind's verb
+        "the refund came through, thx. now how do I change my username",
+        "I can't make it right-aligned in the editor",
     ],
 )
 def test_look_alikes_of_the_new_forms_are_not_requests(text: str) -> None:
