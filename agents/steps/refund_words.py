@@ -18,7 +18,7 @@ _NOT_GOODS = r"(?!invoice|receipt|bill|email|form|document|contract|link|code|me
 _CURRENCY = r"dollars|bucks|euros|pounds|quid"
 # "cash back" alone is a billing promotion: cash counts with an owner ("my cash back")
 _MONEY = (
-    rf"money|payment|(?:my|the|our) cash|funds|amount|charges?|{_CURRENCY}|\$\d+|"
+    rf"money|payment|(?:my|the|our) cash|funds|amount|difference|charges?|{_CURRENCY}|\$\d+|"
     rf"\d+ (?:{_CURRENCY})"
 )
 _EN = (
@@ -40,6 +40,9 @@ _EN = (
     r"\b(?:exchange|swap) (?:it|this|that|them|these|the|an?|for)\b|"
     r"\b(?:exchange|swap) my (?!(?:\w+ )?(?:points|miles|coupons?|vouchers?|currency))|"
     r"\breplacement (?:unit|item|one)\b|\b(?:send|give) me a (?:new|replacement) one\b|"
+    # another one of the goods sent: "just send a new charger" (not a new password or code)
+    r"\bsend (?:me )?a (?:new|replacement|working) "
+    r"(?!password|code|link|invoice|receipt|email|bill|verification|card)\w+|"
     r"(?:(?<=want )|(?<=need )|(?<=like )|(?<=get )|(?<=request ))(?:a )?replacement\b|"
     r"\b(?:a|the) replacement\b(?! (?:card|code|password|link|key))|"
     r"\b(?:get|have) (?:it |this |them |these )?(?:replaced|exchanged|swapped|refunded)\b|"
@@ -54,6 +57,9 @@ _EN = (
     r"\b(?:smaller|bigger|larger) (?:size|one)\b|\bsize (?:up|down)\b|\bnext size\b|"
     r"\bwrong (?:size|colou?r)\b|\bnot what i (?:ordered|paid for)\b|"
     r"\b(?:a|the|size) \d{1,2}(?:\.5)? instead\b|"
+    # refusing to keep the thing is returning it
+    r"(?:\bnot|n[’']t)\s+(?:be\s+)?keep(?:ing)?\b(?! (?:up|track|going|me|us|you|crashing))|"
+    r"\b(?:don[’']?t|do not) want (?:it|this|them|these)(?: \w+)? any ?more\b|"
     # the remedy left to the seller: after-sales, whatever the fault
     r"\bmake (?:it|this|that|things) right\b(?!-)|\bstand behind (?:it|this|your|the)\b|"
     r"\breplace (?:it|this|that|them|these|the \w+)\b|"
@@ -68,6 +74,7 @@ _ZH = (
     r"换(?:一个|个)?(?:能用|正常)的|"
     r"(?:七|7)天无理由|发错(?:货|了)|货不对板|买错了|"
     r"给(?:我|个)?(?:一个)?说法|(?:你们)?看着办|"
+    r"不想要了|"
     # 换 asked for, not 换手机号: the verb ends the clause or takes a count
     r"(?:能|可以|能不能|可不可以|想|要)换(?=[吗呢吧？?。，,！!\s]|$|一下|一个|个|货)|"
     r"(?:尺码|码数|码子|尺寸|size)\s?(?:不对|不合适|错了|偏大|偏小|太大|太小)|"
@@ -202,3 +209,33 @@ def refund_words(text: str) -> list[str]:
 
 def asks_for_refund(text: str) -> bool:
     return bool(refund_words(text))
+
+
+# "不退不换": both declined at once, a set phrase the negation rules do not see
+_DECLINED_BOTH = re.compile(r"不退(?:也)?不换")
+# asked before buying: nothing to send back yet
+_PRESALE = re.compile(
+    r"\b(?:thinking of|planning to|before I|about to|want to|going to) (?:buy|order|purchase)|"
+    r"\bbefore (?:buying|ordering|I order|purchasing)\b|(?:买|下单|购买)之前|打算买|准备买|想买",
+    re.IGNORECASE,
+)
+# a fault reported: a customer who declines a refund of a broken thing wants another remedy
+_FAULT = re.compile(
+    r"\b(?:broken|broke|faulty|defective|damaged|cracked|dead|leaks?|leaking|overheats?|"
+    r"overheating|sparks?|smoke|smoking)\b|"
+    r"\b(?:doesn[’']?t|does not|won[’']?t|stopped|isn[’']?t) (?:work|working|turn on|charge)|"
+    r"坏了|坏的|故障|质量问题|不能用|用不了|碎了|漏水|有毛病|冒烟|发烫",
+    re.IGNORECASE,
+)
+
+
+def rules_out_refund(text: str) -> bool:
+    """Whether the customer rules a refund, return or exchange out and reports no fault:
+    every request word is negated ("I'm not asking for a refund, I need the invoice"),
+    "不退不换", or nothing is bought yet ("thinking of buying one")."""
+    text = normalise(text)
+    masked = NOT_A_REQUEST.sub(lambda m: " " * len(m[0]), text)
+    found = [not _negated(masked[: m.start()], m[0]) for m in REQUEST.finditer(masked)]
+    if any(found) or _FAULT.search(text):
+        return False
+    return bool(found) or bool(_DECLINED_BOTH.search(text) or _PRESALE.search(text))

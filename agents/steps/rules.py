@@ -6,7 +6,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agents.steps.refund_words import asks_for_refund
+from agents.steps.refund_words import asks_for_refund, rules_out_refund
 from schemas.tickets import Category, Context, RuleOutcome
 
 
@@ -41,6 +41,12 @@ def refund_intent(data: RuleInput) -> RuleOutcome | None:
         return _after_sales("refund_intent", "refund or return request")
     pred, threshold = data.context.prediction, data.after_sales_threshold
     if pred is None or data.context.degraded or threshold is None:
+        return None
+    # A customer who rules a refund or return out ("I'm not asking for a refund, I need the
+    # invoice", "thinking of buying one") is believed unless the model ranks after_sales
+    # first: the model reads the refund word, not its negation (v1 gave such tickets
+    # 0.3-0.8 while ranking another category first)
+    if rules_out_refund(data.text) and pred.category != Category.after_sales:
         return None
     p = pred.scores.get(Category.after_sales.value, 0.0)
     if p >= threshold:

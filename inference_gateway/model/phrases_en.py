@@ -219,6 +219,10 @@ PHRASES: dict[str, dict[str, list[str]]] = {
             "The {product} gets dangerously hot, I won't keep it.",
             "Cancel it and put the money back on my {payment}.",
             "The {product} came damaged, please reimburse me.",
+            # the product does not suit what it was bought for, or support is refused: a return
+            "The {product} doesn't work with my {device}, wrong model. What now?",
+            "Not interested in troubleshooting, the {product} is faulty, deal with it.",
+            "I've done all the resets already, I just want this {product} dealt with.",
             "Who reimburses me for the {product} that came broken?",
             "The {product} failed within warranty, can you replace it?",
         ],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agents.steps.clean import clean_text
-from agents.steps.refund_words import asks_for_refund, refund_words
+from agents.steps.refund_words import asks_for_refund, refund_words, rules_out_refund
 
 
 def asks(text: str) -> bool:
@@ -153,6 +153,9 @@ def test_slang_and_typos_of_the_words_count(text: str) -> None:
         "I want the faulty charger exchanged",
         "You charged me 120 for a watch that dies in an hour. Make it right.",
         "花了钱买个坏的，你们看着办吧",
+        "The toaster sparks. I'm not keeping a fire hazard in my house",
+        "I don't want it anymore, it's still sealed",
+        "质量太差，不想要了",
     ],
 )
 def test_requests_without_refund_words_are_found(text: str) -> None:
@@ -173,6 +176,8 @@ def test_requests_without_refund_words_are_found(text: str) -> None:
         "I don't want it replaced, just fixed",  # the negation before the lookbehind's verb
         "the refund came through, thx. now how do I change my username",
         "I can't make it right-aligned in the editor",
+        "I can't keep up with all the notification emails",
+        "the app doesn't keep me logged in",
     ],
 )
 def test_look_alikes_of_the_new_forms_are_not_requests(text: str) -> None:
@@ -181,3 +186,22 @@ def test_look_alikes_of_the_new_forms_are_not_requests(text: str) -> None:
 
 def test_thanks_for_a_refund_that_fell_short_keeps_the_request() -> None:
     assert asks("my refund arrived but it is half of what I paid, thanks for nothing")
+
+
+@pytest.mark.parametrize(
+    ("text", "declined"),
+    [
+        ("I'm not asking for a refund, I need a corrected invoice", True),
+        ("不退不换，我就想知道这个怎么安装", True),
+        ("I don't want to return the router, I need help getting it online", True),
+        ("I do NOT want a refund, just a replacement", False),  # another request
+        ("I do NOT want a refund, the unit is faulty", False),  # a fault: another remedy
+        ("我不要退款，东西坏了", False),
+        ("the app crashes on start", False),  # nothing declined
+        ("I want a refund", False),
+        ("Does the warranty cover accidental damage? Thinking of buying one.", True),
+        ("下单之前想问一下保修多久", True),
+    ],
+)
+def test_rules_out_refund(text: str, declined: bool) -> None:
+    assert rules_out_refund(clean_text(text)) is declined

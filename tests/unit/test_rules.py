@@ -120,6 +120,23 @@ def test_refund_intent_declined_words_do_not_fire_but_the_model_still_may():
     assert out.route == "after_sales"
 
 
+def test_refund_intent_a_declined_refund_needs_after_sales_first():
+    # the customer says no refund and asks for something else: the model's 0.6 is the
+    # refund word it read, while it ranks billing first
+    text = "不是要退款，我就想问一下发票怎么开"
+    out = intent(text, scored(0.3, "billing", 0.6))
+    assert (out.route, out.category) == ("auto_classify", Category.billing)
+    # the model ranks after_sales first: it decides, at the usual threshold
+    out = intent(text, scored(0.6, "after_sales", 0.6))
+    assert out.route == "after_sales" and out.fired == ["refund_intent"]
+    # 不退不换 declines both at once
+    out = intent("不退不换，就想知道怎么安装", scored(0.4, "technical", 0.55))
+    assert out.route == "auto_classify"
+    # a fault reported with the refund declined: another remedy is wanted, the usual threshold
+    out = intent("I don't want a refund, it stopped working", scored(0.3, "technical", 0.6))
+    assert out.route == "after_sales"
+
+
 async def test_the_rules_step_takes_the_threshold_from_its_definition():
     from datetime import datetime, timezone
 
