@@ -8,6 +8,7 @@ The model is the built one when it is up to date, else version 1 is trained here
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -19,6 +20,13 @@ from schemas.tickets import CATEGORIES
 from ticketflow import eval_after_sales as ev
 
 CASES = ev.load_cases()
+FIXTURES = sorted(ev.FIXTURE.parent.glob("after_sales_*.jsonl"))
+# written after the first round of fixes, before the second (docs/workflow.md)
+BLIND2 = ev.load_cases(ev.FIXTURE.parent / "after_sales_blind2.jsonl")
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"\W+", "", text.lower())
 
 
 def test_fixture_is_large_varied_and_consistent() -> None:
@@ -34,13 +42,25 @@ def test_fixture_is_large_varied_and_consistent() -> None:
     assert {c.route for c in negated} == {"after_sales", "auto_classify"}  # both outcomes
 
 
-def test_fixture_stays_out_of_training() -> None:
+@pytest.mark.parametrize("fixture", FIXTURES, ids=lambda p: p.stem)
+def test_fixtures_stay_out_of_training(fixture: Path) -> None:
+    # no fixture text in the corpus, up to case and punctuation
     train_rows, test_rows = train.split()
-    corpus_texts = {r["text"].lower() for r in train_rows + test_rows}
-    assert not [c.id for c in CASES if c.text.lower() in corpus_texts]
+    corpus_texts = {_plain(r["text"]) for r in train_rows + test_rows}
+    cases = ev.load_cases(fixture)
+    assert not [c.id for c in cases if _plain(c.text) in corpus_texts]
     sources = Path(train.__file__).parent
     for name in ("train.py", "corpus.py", "handwritten.py"):
-        assert ev.FIXTURE.name not in (sources / name).read_text(encoding="utf-8")
+        assert fixture.name not in (sources / name).read_text(encoding="utf-8")
+
+
+def test_blind2_is_varied_and_consistent() -> None:
+    assert len(BLIND2) >= 80
+    assert len({c.id for c in BLIND2}) == len({c.text for c in BLIND2}) == len(BLIND2)
+    assert {c.language for c in BLIND2} == {"en", "zh", "mixed"}
+    assert set(Counter(c.category for c in BLIND2)) == set(CATEGORIES)
+    for c in BLIND2:
+        assert (c.route == "after_sales") == (c.category == "after_sales"), c.id
 
 
 def test_default_workflow_uses_the_model_probability() -> None:
@@ -68,6 +88,14 @@ def test_after_sales_targets_on_the_fixture(default_model: tuple[str, ev.Scorer]
     version, score = default_model
     outcomes = ev.decide([c.text for c in CASES], score, ev.rules_step(), version)
     rep = ev.report(CASES, outcomes)
+    assert rep.recall >= ev.TARGET_RECALL, rep.misses
+    assert rep.precision >= ev.TARGET_PRECISION, rep.misses
+
+
+def test_after_sales_targets_on_blind2(default_model: tuple[str, ev.Scorer]) -> None:
+    version, score = default_model
+    outcomes = ev.decide([c.text for c in BLIND2], score, ev.rules_step(), version)
+    rep = ev.report(BLIND2, outcomes)
     assert rep.recall >= ev.TARGET_RECALL, rep.misses
     assert rep.precision >= ev.TARGET_PRECISION, rep.misses
 
