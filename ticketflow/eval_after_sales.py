@@ -121,6 +121,10 @@ def built_versions(model_dir: Path = MODEL_DIR) -> list[str]:
 
 
 def scorer(version: str, model_dir: Path = MODEL_DIR) -> Scorer:
+    """One version's scores, or the mean of several ("v1+v2": the ensemble workflow's merge)."""
+    if "+" in version:
+        parts = [scorer(v, model_dir) for v in version.split("+")]
+        return lambda texts: np.mean([s(texts) for s in parts], axis=0)
     return SCORERS[version](model_dir / version[1:])
 
 
@@ -230,7 +234,11 @@ def _row(label: str, rep: Report) -> str:
 @app.command("after-sales")
 def after_sales(
     versions: Annotated[
-        str, typer.Option(help="comma-separated model versions; default: every one built")
+        str,
+        typer.Option(
+            help="comma-separated model versions (v1+v2: their mean, as the ensemble "
+            "workflow merges); default: every one built"
+        ),
     ] = "",
     fixture: Annotated[Path, typer.Option(help="hand-written JSONL")] = FIXTURE,
     workflow: Annotated[Path, typer.Option(help="definition whose rules step is used")] = WORKFLOW,

@@ -128,3 +128,15 @@ def test_report_counts_and_threshold_choice() -> None:
     same, worse = ev.Report(n=2, tp=2, fp=0, fn=0), ev.Report(n=2, tp=1, fp=0, fn=1)
     assert ev.best_threshold({None: worse, 0.2: same, 0.3: same, 0.4: worse}) == 0.2
     assert ev.best_threshold({0.2: worse, 0.3: same}) == 0.3
+
+
+def test_a_joined_version_scores_the_mean(monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    fake = {
+        "v1": lambda _dir: lambda texts: np.array([[1.0, 0.0]] * len(texts)),
+        "v2": lambda _dir: lambda texts: np.array([[0.0, 1.0]] * len(texts)),
+    }
+    monkeypatch.setattr(ev, "SCORERS", fake)
+    assert ev.scorer("v1+v2")(["a", "b"]).tolist() == [[0.5, 0.5], [0.5, 0.5]]
+    assert ev.scorer("v2")(["a"]).tolist() == [[0.0, 1.0]]
