@@ -41,7 +41,7 @@ _EN = (
     r"\b(?:exchange|swap) my (?!(?:\w+ )?(?:points|miles|coupons?|vouchers?|currency))|"
     r"\breplacement (?:unit|item|one)\b|\b(?:send|give) me a (?:new|replacement) one\b|"
     # another one of the goods sent: "just send a new charger" (not a new password or code)
-    r"\bsend (?:me )?a (?:new|replacement|working) "
+    r"\b(?:send|ship) (?:me |us )?an? (?:new|replacement|working) "
     r"(?!password|code|link|invoice|receipt|email|bill|verification|card)\w+|"
     r"(?:(?<=want )|(?<=need )|(?<=like )|(?<=get )|(?<=request ))(?:a )?replacement\b|"
     r"\b(?:a|the) replacement\b(?! (?:card|code|password|link|key))|"
@@ -57,6 +57,8 @@ _EN = (
     r"\b(?:smaller|bigger|larger) (?:size|one)\b|\bsize (?:up|down)\b|\bnext size\b|"
     r"\bwrong (?:size|colou?r)\b|\bnot what i (?:ordered|paid for)\b|"
     r"\b(?:a|the|size) \d{1,2}(?:\.5)? instead\b|"
+    # cash preferred to what was offered: "I'd rather have the cash"
+    r"\b(?:rather|prefer to) (?:have|get|take) (?:the |my )?(?:cash|money)\b|"
     # refusing to keep the thing is returning it
     r"(?:\bnot|n[’']t)\s+(?:be\s+)?keep(?:ing)?\b(?! (?:up|track|going|me|us|you|crashing))|"
     r"\b(?:don[’']?t|do not) want (?:it|this|them|these)(?: \w+)? any ?more\b|"
@@ -71,7 +73,7 @@ _ZH = (
     r"钱[^，。,.!?！？]{0,6}(?:还给我|还我|退给我|打回|返还|返回|回来|拿回)|"
     r"(?:(?<=想)|(?<=要)|(?<=想 )|(?<=要 ))(?:return|exchange|swap|send (?:it )?back)\b|"
     r"(?:要|还)回?我的钱|还我钱|(?<!被)寄回|寄还|(?:申请|走|办)了?售后|赔偿|赔钱|补偿|"
-    r"换(?:一个|个)?(?:能用|正常)的|"
+    r"(?:换|补发)(?:一个|个)?(?:能用|正常|好|新)的|"
     r"(?:七|7)天无理由|发错(?:货|了)|货不对板|买错了|"
     r"给(?:我|个)?(?:一个)?说法|(?:你们)?看着办|"
     r"不想要了|"
