@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from agents.steps.refund_spelling import normalise
+
 # Refund, return and exchange words. "return" alone is too broad ("the API returns 500",
 # "the return key"), so it must be about sending something back; 退 alone is too ("退出登录",
 # "退订"), so it must be the verb of a refund or return.
@@ -145,64 +147,6 @@ def _negated(prefix: str, word: str) -> bool:
     return bool(_NEG_EN.search(clause) or _NEG_ZH.search(clause))
 
 
-# Slang spelled out, so that the patterns above see the words they know
-_SLANG = {
-    "gimme": "give me",
-    "wanna": "want to",
-    "lemme": "let me",
-    "em": "them",
-    "'em": "them",
-    "pls": "please",
-    "plz": "please",
-    "dont": "don't",
-    "wont": "won't",
-}
-_SLANG_RE = re.compile(r"(?<![\w'])(?:" + "|".join(map(re.escape, _SLANG)) + r")\b", re.I)
-# Typos of the request words (one letter dropped, doubled, swapped or wrong) are read as the
-# word; real words one edit away from one are not ("rerun" is no "return")
-_KEYWORDS = (
-    "refund",
-    "refunded",
-    "return",
-    "returned",
-    "returning",
-    "exchange",
-    "exchanged",
-    "replace",
-    "replaced",
-    "replacement",
-    "reimburse",
-    "reimbursed",
-)
-_NOT_TYPOS = frozenset({"rerun", "reruns", "retune", "returns", "refunds", "exchanges"})
-_LATIN = re.compile(r"[A-Za-z]{5,13}")
-
-
-def _one_edit(a: str, b: str) -> bool:
-    """Whether `a` is `b` with one letter dropped, added, changed, or two neighbours swapped."""
-    if abs(len(a) - len(b)) > 1 or a == b:
-        return False
-    if len(a) == len(b):
-        diff = [i for i in range(len(a)) if a[i] != b[i]]
-        swapped = len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]]
-        return len(diff) == 1 or (swapped and a[diff[1]] == b[diff[0]])
-    short, long = (a, b) if len(a) < len(b) else (b, a)
-    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
-
-
-def _spell(word: str) -> str:
-    low = word.lower()
-    if low in _NOT_TYPOS or low in _KEYWORDS:
-        return word
-    return next((k for k in _KEYWORDS if _one_edit(low, k)), word)
-
-
-def normalise(text: str) -> str:
-    """Slang spelled out and typos of the request words corrected (the words are read on this)."""
-    text = _SLANG_RE.sub(lambda m: _SLANG[m[0].lower()], text)
-    return _LATIN.sub(lambda m: _spell(m[0]), text)
-
-
 def refund_words(text: str) -> list[str]:
     """The refund, return or exchange words of `text` that ask for one (not negated)."""
     masked = NOT_A_REQUEST.sub(lambda m: " " * len(m[0]), normalise(text))
@@ -217,8 +161,8 @@ def asks_for_refund(text: str) -> bool:
 _DECLINED_BOTH = re.compile(r"不退(?:也)?不换")
 # asked before buying: nothing to send back yet
 _PRESALE = re.compile(
-    r"\b(?:thinking of|planning to|before I|about to|want to|going to) (?:buy|order|purchase)|"
-    r"\bbefore (?:buying|ordering|I order|purchasing)\b|(?:买|下单|购买)之前|打算买|准备买|想买",
+    r"\b(?:thinking of|planning to|before I|about to) (?:buy|order|purchase)|"
+    r"\bbefore (?:buying|ordering|purchasing)\b|(?:买|下单|购买)之前|打算买|准备买",
     re.IGNORECASE,
 )
 # a fault reported: a customer who declines a refund of a broken thing wants another remedy

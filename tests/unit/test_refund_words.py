@@ -210,3 +210,12 @@ def test_thanks_for_a_refund_that_fell_short_keeps_the_request() -> None:
 )
 def test_rules_out_refund(text: str, declined: bool) -> None:
     assert rules_out_refund(clean_text(text)) is declined
+
+
+def test_spelling_is_normalised_before_matching() -> None:
+    from agents.steps.refund_spelling import normalise
+
+    assert normalise("gimme my money back, pls") == "give me my money back, please"
+    assert normalise("retrun it, refnd me, exhcange em") == "return it, refund me, exchange them"
+    # real words one edit away stay, and so do the request words themselves
+    assert normalise("rerun the returns report") == "rerun the returns report"
