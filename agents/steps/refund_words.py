@@ -37,7 +37,9 @@ _EN = (
     r"\breturn(?:ing|ed)? (?:it|this|that|them|these|those|the|my|an?|both|everything)\b|"
     r"\breturn (?:request|label|shipping|window)|"
     r"(?:(?<=want to )|(?<=like to )|(?<=need to ))return\b|"
-    rf"\b(?:send|ship|mail|bring|take|post) (?:it|this|that|them|these|those|the {_NOT_GOODS}\w+) "
+    # sent back already (a refund chased) as well as to be sent
+    rf"\b(?:send|ship|mail|bring|take|post|sent|shipped|mailed|brought|took|posted|dropped) "
+    rf"(?:it|this|that|them|these|those|the {_NOT_GOODS}\w+) "
     r"back\b|\b(?:send|ship|mail|bring|post)(?:ing)? (?:it )?back\b|"
     r"\b(?:exchange|swap) (?:it|this|that|them|these|the|an?|for)\b|"
     r"\b(?:exchange|swap) my (?!(?:\w+ )?(?:points|miles|coupons?|vouchers?|currency))|"
