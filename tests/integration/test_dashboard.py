@@ -1,10 +1,12 @@
 """Every panel of the Grafana dashboard, asked of the local stack's Prometheus after a short load.
 
-The session's worker and gateway (conftest), plus an ingest and a feature job of this module,
-serve the load: tickets POSTed to ingest go through the worker, the gateway and Triton, the
-feature job counts them into Redis, and one unparseable record is dead-lettered. The worker,
-ingest and feature job run on free ports, so they are registered with Prometheus as file_sd
-targets (ticketflow/stack/prometheus.py) for the length of the module.
+
+The session's gateway (conftest), plus a worker, an ingest and a feature job of this module on
+a topic prefix of its own (so its tickets and dead letter never reach another module's
+collectors), serve the load: tickets POSTed to ingest go through the worker, the gateway and
+Triton, the feature job counts them into Redis, and one unparseable record is dead-lettered.
+The worker, ingest and feature job run on free ports, so they are registered with Prometheus
+as file_sd targets (ticketflow/stack/prometheus.py) for the length of the module.
 """
 
 from __future__ import annotations
@@ -69,18 +71,42 @@ def scraped(settings: Settings, job: str, address: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def prom(live_stack: Settings, worker: services.Service) -> Iterator[Settings]:
-    stack.start_part(live_stack, "prometheus")
-    address = f"127.0.0.1:{live_stack.worker_web_port}"
-    path = prometheus.register_target(live_stack, "worker", address, f"itdash-{RUN}")
-    yield live_stack
+def dash_stack(live_stack: Settings, gateway) -> Iterator[Settings]:
+    """The session's stack and gateway, with this module's topic prefix and worker."""
+    settings = live_stack.model_copy(
+        update={
+            "topic_prefix": f"{live_stack.topic_prefix}dash{RUN}.",
+            "worker_web_port": services.free_port(),
+        }
+    )
+    env = {
+        "TICKETFLOW_TOPIC_PREFIX": settings.topic_prefix,
+        "TICKETFLOW_WORKER_WEB_PORT": str(settings.worker_web_port),
+    }
+    worker = services.start_worker(settings, env, log_name=f"worker-dash-{RUN}")
+    try:
+        yield settings
+    finally:
+        worker.stop()
+
+
+@pytest.fixture(scope="module")
+def prom(dash_stack: Settings) -> Iterator[Settings]:
+    stack.start_part(dash_stack, "prometheus")
+    address = f"127.0.0.1:{dash_stack.worker_web_port}"
+    path = prometheus.register_target(dash_stack, "worker", address, f"itdash-{RUN}")
+    yield dash_stack
     prometheus.unregister_target(path)
 
 
 @pytest.fixture(scope="module")
 def ingest_url(prom: Settings) -> Iterator[str]:
     port = services.free_port()
-    env = {"TICKETFLOW_INGEST_PORT": str(port), "TICKETFLOW_INGEST_REDIS_PREFIX": INGEST_PREFIX}
+    env = {
+        "TICKETFLOW_TOPIC_PREFIX": prom.topic_prefix,
+        "TICKETFLOW_INGEST_PORT": str(port),
+        "TICKETFLOW_INGEST_REDIS_PREFIX": INGEST_PREFIX,
+    }
     service = services.start("ingest", ["ingest"], prom, env, log_name=f"ingest-dash-{RUN}")
     url = f"http://127.0.0.1:{port}"
     ADDRESS["ingest"] = f"127.0.0.1:{port}"
@@ -98,6 +124,7 @@ def ingest_url(prom: Settings) -> Iterator[str]:
 def feature_job(prom: Settings) -> Iterator[services.Service]:
     port = services.free_port()
     env = {
+        "TICKETFLOW_TOPIC_PREFIX": prom.topic_prefix,
         "TICKETFLOW_FEATURES_WEB_PORT": str(port),
         "TICKETFLOW_FEATURES_KEY_PREFIX": FEATURE_PREFIX,
         "TICKETFLOW_FEATURES_DRIFT_ENABLED": "false",
