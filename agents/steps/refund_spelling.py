@@ -39,26 +39,24 @@ _NOT_TYPOS = frozenset({"rerun", "reruns", "retune", "returns", "refunds", "exch
 _LATIN = re.compile(r"[A-Za-z]{5,13}")
 
 
-def _one_edit(a: str, b: str) -> bool:
-    """Whether `a` is `b` with one letter dropped, added, changed, or two neighbours swapped."""
-    if abs(len(a) - len(b)) > 1 or a == b:
-        return False
-    if len(a) == len(b):
-        diff = [i for i in range(len(a)) if a[i] != b[i]]
-        swapped = len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]]
-        return len(diff) == 1 or (swapped and a[diff[1]] == b[diff[0]])
-    short, long = (a, b) if len(a) < len(b) else (b, a)
-    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
+def _one_edit_variants(word: str) -> set[str]:
+    """Every string one letter dropped, added, changed, or two neighbours swapped from `word`."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    splits = [(word[:i], word[i:]) for i in range(len(word) + 1)]
+    dropped = {a + b[1:] for a, b in splits if b}
+    swapped = {a + b[1] + b[0] + b[2:] for a, b in splits if len(b) > 1}
+    changed = {a + c + b[1:] for a, b in splits if b for c in letters}
+    added = {a + c + b for a, b in splits for c in letters}
+    return (dropped | swapped | changed | added) - {word}
 
 
-def _spell(word: str) -> str:
-    low = word.lower()
-    if low in _NOT_TYPOS or low in _KEYWORDS:
-        return word
-    return next((k for k in _KEYWORDS if _one_edit(low, k)), word)
+# typo -> request word, built once: a dictionary lookup per word instead of edit distances
+_TYPOS = {v: k for k in reversed(_KEYWORDS) for v in _one_edit_variants(k)}
+for _word in (*_KEYWORDS, *_NOT_TYPOS):
+    _TYPOS.pop(_word, None)
 
 
 def normalise(text: str) -> str:
     """Slang spelled out and typos of the request words corrected (the words are read on this)."""
     text = _SLANG_RE.sub(lambda m: _SLANG[m[0].lower()], text)
-    return _LATIN.sub(lambda m: _spell(m[0]), text)
+    return _LATIN.sub(lambda m: _TYPOS.get(m[0].lower(), m[0]), text)

@@ -10,6 +10,7 @@ Questions about a policy in general ("what is your refund policy?") are no reque
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from agents.steps.refund_spelling import normalise
 
@@ -149,10 +150,19 @@ def _negated(prefix: str, word: str) -> bool:
     return bool(_NEG_EN.search(clause) or _NEG_ZH.search(clause))
 
 
+@lru_cache(maxsize=256)
+def _scan(text: str) -> tuple[str, tuple[tuple[str, bool], ...]]:
+    """The normalised text, and its request words with whether each is negated: cached, as
+    refund_intent asks both `asks_for_refund` and `rules_out_refund` of the same text."""
+    text = normalise(text)
+    masked = NOT_A_REQUEST.sub(lambda m: " " * len(m[0]), text)
+    found = tuple((m[0], _negated(masked[: m.start()], m[0])) for m in REQUEST.finditer(masked))
+    return text, found
+
+
 def refund_words(text: str) -> list[str]:
     """The refund, return or exchange words of `text` that ask for one (not negated)."""
-    masked = NOT_A_REQUEST.sub(lambda m: " " * len(m[0]), normalise(text))
-    return [m[0] for m in REQUEST.finditer(masked) if not _negated(masked[: m.start()], m[0])]
+    return [word for word, negated in _scan(text)[1] if not negated]
 
 
 def asks_for_refund(text: str) -> bool:
@@ -181,9 +191,7 @@ def rules_out_refund(text: str) -> bool:
     """Whether the customer rules a refund, return or exchange out and reports no fault:
     every request word is negated ("I'm not asking for a refund, I need the invoice"),
     "不退不换", or nothing is bought yet ("thinking of buying one")."""
-    text = normalise(text)
-    masked = NOT_A_REQUEST.sub(lambda m: " " * len(m[0]), text)
-    found = [not _negated(masked[: m.start()], m[0]) for m in REQUEST.finditer(masked)]
-    if any(found) or _FAULT.search(text):
+    text, found = _scan(text)
+    if any(not negated for _, negated in found) or _FAULT.search(text):
         return False
     return bool(found) or bool(_DECLINED_BOTH.search(text) or _PRESALE.search(text))
