@@ -150,7 +150,7 @@ def _negated(prefix: str, word: str) -> bool:
     return bool(_NEG_EN.search(clause) or _NEG_ZH.search(clause))
 
 
-@lru_cache(maxsize=32)  # only the same ticket twice in a row: few and small
+@lru_cache(maxsize=32)  # the same ticket twice in a row: a few entries suffice
 def _scan(text: str) -> tuple[str, tuple[tuple[str, bool], ...]]:
     """The normalised text, and its request words with whether each is negated: cached, as
     refund_intent asks both `asks_for_refund` and `rules_out_refund` of the same text."""
