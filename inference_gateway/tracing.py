@@ -3,7 +3,7 @@ and the Triton call (docs/tracing.md).
 
 Off unless an OTLP endpoint is configured (`configure`, as the worker's streams/tracing.py:
 the gateway may import only `schemas`, so it has its own few lines): then every hook returns
-after one check of the API's global provider.
+after one call of the API's get_tracer_provider().
 
 One rule for an operation with several causes: one cause, its child; several, a new trace
 with a link to each. The worker's call carries the tickets of a batch (each in its own
@@ -58,11 +58,10 @@ def configure(service_name: str) -> bool:
 def tracer() -> trace.Tracer | None:
     """The tracer, or None when tracing is off (no SDK provider installed)."""
     global _cached
-    # the API's global read directly: get_tracer_provider() looks an environment variable up
-    # on every call (~2 µs), too much for every step of every ticket; a provider named by
-    # OTEL_PYTHON_TRACER_PROVIDER is loaded by the call in `configure`
-    provider = getattr(trace, "_TRACER_PROVIDER", None)
-    if provider is None or isinstance(provider, _OFF):
+    # the API's public accessor (~0.7 µs when off: it looks OTEL_PYTHON_TRACER_PROVIDER up),
+    # not its private global, which no release promises to keep
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, _OFF):
         return None
     if _cached is None or _cached[0] is not provider:
         _cached = (provider, provider.get_tracer(TRACER_NAME))

@@ -284,9 +284,9 @@ def test_an_envelope_gone_leaves_no_entry():
     assert len(spans._last) == 0
 
 
-def test_the_api_global_read_directly_still_exists():
-    # tracer() reads it to spare an environment lookup per call: an API without it would
-    # leave tracing off for good, silently
+def test_tracers_follow_the_global_provider():
+    # the fixtures install a provider by patching the API's global (tests only: the code
+    # reads it through the public get_tracer_provider())
     assert hasattr(trace, "_TRACER_PROVIDER")
     provider = TracerProvider()
     with mock.patch.object(trace, "_TRACER_PROVIDER", provider):
