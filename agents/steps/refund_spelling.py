@@ -35,7 +35,14 @@ _KEYWORDS = (
     "reimburse",
     "reimbursed",
 )
-_NOT_TYPOS = frozenset({"rerun", "reruns", "retune", "returns", "refunds", "exchanges"})
+# real words (and other forms of the request words) one edit from a request word
+_NOT_TYPOS = frozenset(
+    {
+        "rerun", "reruns", "retune", "retuned", "retunes", "retuning", "returns", "returner",
+        "refunds", "refind", "refinds", "exchanges", "exchanger", "replaces", "replacer",
+        "replayed", "replacements", "reimburses",
+    }
+)  # fmt: skip
 _LATIN = re.compile(r"[A-Za-z]{5,13}")
 
 

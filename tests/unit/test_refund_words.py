@@ -221,3 +221,4 @@ def test_spelling_is_normalised_before_matching() -> None:
     assert normalise("retrun it, refnd me, exhcange em") == "return it, refund me, exchange them"
     # real words one edit away stay, and so do the request words themselves
     assert normalise("rerun the returns report") == "rerun the returns report"
+    assert normalise("v2 replaces the API; we retuned it") == "v2 replaces the API; we retuned it"
