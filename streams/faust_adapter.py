@@ -142,9 +142,14 @@ class OffsetBook:
 
     async def seek(self, positions: dict[Any, int]) -> None:
         """Read each partition again from its offset (Faust's `perform_seek` skips a
-        partition that has no committed offset, so it cannot reread one never committed)."""
-        for tp, offset in positions.items():
-            await self._consumer.seek(tp, offset)
+        partition that has no committed offset, so it cannot reread one never committed).
+
+        On the consumer's own thread: Faust's `Consumer.seek` calls aiokafka's `seek` from
+        the caller's thread, which drops the partition's fetched records while the consumer
+        thread may be draining them (a KeyError in `Fetcher.fetched_records` that crashes
+        Faust's fetcher for good: the worker stays in its group and reads nothing more)."""
+        if positions:
+            await self._consumer._thread.seek_wait(dict(positions))
 
     def is_changelog(self, tp: Any) -> bool:
         return tp.topic in self._app.tables.changelog_topics

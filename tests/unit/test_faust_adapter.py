@@ -51,3 +51,23 @@ def test_an_unknown_aiokafka_is_refused(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(faust_adapter, "version", lambda _name: "0.99.0")
     with pytest.raises(faust_adapter.UnsupportedFaust):
         faust_adapter.shorten_fetch_wait(object(), 100)  # refused before it touches the app
+
+
+def test_a_rewind_seeks_on_the_consumer_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Faust's Consumer.seek calls aiokafka from the caller's thread, racing the consumer
+    # thread's Fetcher.fetched_records (KeyError: Faust's fetcher crashes for good)
+    app = _app()
+    on_thread: list[dict] = []
+
+    async def seek_wait(positions: dict) -> None:
+        on_thread.append(positions)
+
+    async def off_thread(*_args) -> None:
+        raise AssertionError("seek from the caller's thread")
+
+    monkeypatch.setattr(app.consumer._thread, "seek_wait", seek_wait)
+    monkeypatch.setattr(app.consumer, "seek", off_thread)
+    book = faust_adapter.OffsetBook(app)
+    asyncio.run(book.seek({"tp-0": 12, "tp-1": 0}))
+    asyncio.run(book.seek({}))
+    assert on_thread == [{"tp-0": 12, "tp-1": 0}]

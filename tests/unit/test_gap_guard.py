@@ -42,6 +42,7 @@ class FakeConsumer:
         self._gap: defaultdict = defaultdict(IntervalTree)
         self.assigned: set = {FEATURES, TICKETS_IN}
         self.ends: dict = {}
+        self._thread = FakeConsumerThread(self)
 
     def highwater(self, tp):
         return self.ends.get(tp, 0)
@@ -59,9 +60,17 @@ class FakeConsumer:
     async def _add_gap(self, tp, offset_from, offset_to):
         self.faust_gaps.append((tp.topic, offset_from, offset_to))
 
-    async def seek(self, tp, offset):
-        self.seeks += 1
-        self.positions[tp] = offset
+
+class FakeConsumerThread:
+    """Faust's consumer thread: seeks run there (streams.faust_adapter.OffsetBook.seek)."""
+
+    def __init__(self, consumer: FakeConsumer) -> None:
+        self._consumer = consumer
+
+    async def seek_wait(self, positions: dict) -> None:
+        for tp, offset in positions.items():
+            self._consumer.seeks += 1
+            self._consumer.positions[tp] = offset
 
 
 def spans(consumer) -> list[tuple]:
