@@ -23,6 +23,8 @@ SOURCES = [
 COMMAND = re.compile(
     r"(?:`|^[ \t]*|\$ |\.venv/bin/)ticketflow((?:[ \t]+[a-z][a-z0-9-]*)+)", re.MULTILINE
 )
+# a command line to run as written (not a name in prose): it must reach a leaf command
+RUNNABLE = re.compile(r"\.venv/bin/ticketflow((?:[ \t]+[a-z][a-z0-9-]*)+)")
 
 
 def _mentions() -> set[tuple[str, ...]]:
@@ -31,6 +33,24 @@ def _mentions() -> set[tuple[str, ...]]:
         for match in COMMAND.finditer(path.read_text()):
             found.add(tuple(match.group(1).split()))
     return found
+
+
+def _runnable() -> set[tuple[str, ...]]:
+    return {
+        tuple(m.group(1).split()) for path in SOURCES for m in RUNNABLE.finditer(path.read_text())
+    }
+
+
+def _leaf(words: tuple[str, ...]) -> bool:
+    """Whether the words reach a command that runs, not a group that only prints its help."""
+    command = typer.main.get_command(app)
+    for word in words:
+        if not hasattr(command, "commands"):
+            return True
+        command = command.commands.get(word)
+        if command is None:
+            return False
+    return not hasattr(command, "commands")
 
 
 def _resolves(words: tuple[str, ...]) -> bool:
@@ -55,3 +75,8 @@ def test_the_docs_mention_commands() -> None:
 @pytest.mark.parametrize("words", sorted(_mentions()), ids=" ".join)
 def test_every_mentioned_command_exists(words: tuple[str, ...]) -> None:
     assert _resolves(words), f"`ticketflow {' '.join(words)}` is not a command"
+
+
+@pytest.mark.parametrize("words", sorted(_runnable()), ids=" ".join)
+def test_every_command_line_runs_a_command(words: tuple[str, ...]) -> None:
+    assert _leaf(words), f"`.venv/bin/ticketflow {' '.join(words)}` only prints a group's help"
