@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,6 +25,7 @@ from rich.text import Text
 from inference_gateway.config import DEFAULT_KAFKA_BOOTSTRAP
 from inference_gateway.routing import DEFAULT_CONFIG, bucket_of, pick_version
 from inference_gateway.routing_watch import kafka_security, routing_topic
+from inference_gateway.topic_scan import scan_topic
 from schemas.routing import RoutingConfig
 
 config_app = typer.Typer(
@@ -123,47 +123,17 @@ def publish_record(
 def read_configs(bootstrap: str, topic: str, timeout_s: float = 10.0) -> dict[str, Any]:
     """The latest record per config name on the topic: RoutingConfig, or the raw text of an
     invalid one (as the gateways see it: they keep the previous config)."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            **kafka_security(),
-            "group.id": "ticketflow-config-cli",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-        if meta is None or meta.error is not None or not meta.partitions:
-            return {}
-        parts = sorted(meta.partitions)
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-        pending, latest = set(parts), {}
-        deadline = time.monotonic() + timeout_s
-        while pending and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            if message.error() is not None:
-                if message.error().code() == KafkaError._PARTITION_EOF:
-                    pending.discard(message.partition())
-                continue
-            key = (message.key() or b"").decode("utf-8", "replace")
-            value = message.value()
-            if value is None:
-                latest.pop(key, None)
-                continue
-            try:
-                latest[key] = parse_routing(value)
-            except RoutingFileError:
-                latest[key] = value.decode("utf-8", "replace")
-        if pending:
-            raise RuntimeError(f"{topic} not read to its end within {timeout_s:.0f} s")
-        return latest
-    finally:
-        consumer.close()
+    latest: dict[str, Any] = {}
+    for raw_key, value in scan_topic(bootstrap, topic, "ticketflow-config-cli", timeout_s):
+        key = raw_key.decode("utf-8", "replace")
+        if value is None:
+            latest.pop(key, None)
+            continue
+        try:
+            latest[key] = parse_routing(value)
+        except RoutingFileError:
+            latest[key] = value.decode("utf-8", "replace")
+    return latest
 
 
 def _fail(message: str, code: int = 1) -> None:

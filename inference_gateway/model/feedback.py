@@ -13,14 +13,12 @@ needs nothing of `streams`.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import ValidationError
 
-from inference_gateway.routing_watch import kafka_security
+from inference_gateway.topic_scan import scan_topic
 from schemas.tickets import CATEGORIES, TicketResult
 
 
@@ -33,51 +31,15 @@ class Example:
     category: str
 
 
-def _consumer(bootstrap: str) -> Any:
-    from confluent_kafka import Consumer
-
-    return Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            **kafka_security(),
-            "group.id": "ticketflow-model-build",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-        }
-    )
-
-
 def scan(bootstrap: str, topic: str, timeout_s: float = 60.0) -> Iterator[tuple[bytes, bytes]]:
     """(key, value) of every record of `topic`, from the beginning to its end now.
 
     A missing topic yields nothing (no reviews yet); one not read to its end within
     `timeout_s` raises, rather than training on part of the decisions without a word.
     """
-    from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
-
-    consumer = _consumer(bootstrap)
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if meta is None or meta.error is not None or not meta.partitions:
-            return
-        parts = sorted(meta.partitions)
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-        pending, deadline = set(parts), time.monotonic() + timeout_s
-        while pending:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{topic} not read to its end within {timeout_s:.0f} s")
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            if message.error() is not None:
-                if message.error().code() == KafkaError._PARTITION_EOF:
-                    pending.discard(message.partition())
-                continue
-            if message.value() is not None:
-                yield message.key() or b"", message.value()
-    finally:
-        consumer.close()
+    for key, value in scan_topic(bootstrap, topic, "ticketflow-model-build", timeout_s):
+        if value is not None:
+            yield key, value
 
 
 def decisions(records: Iterator[tuple[bytes, bytes]]) -> dict[str, str]:
