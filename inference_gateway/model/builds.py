@@ -106,13 +106,7 @@ def build_e5(out: Path, feedback: Sequence[Example], weight: int, *, int8: bool)
     y_test = np.array([CATEGORIES.index(r["category"]) for r in test_rows])
     y_pred = (encoder.embed([r["text"] for r in test_rows]) @ coef + intercept).argmax(axis=1)
     hand = encoder.embed([t for t, _ in handwritten.TICKETS]) @ coef + intercept
-    np.savez_compressed(
-        out / "head.npz",
-        coef=coef,
-        intercept=intercept,
-        labels=np.array(CATEGORIES),
-        head_version=np.int64(e5_runtime.HEAD_VERSION),
-    )
+    train.save_head(out, coef, intercept)
     if int8:
         shutil.copyfile(train.HERE / train.V2_MODEL, out / "triton_v2.py")
     shutil.copyfile(INT8_MODEL if int8 else train.HERE / train.V2_MODEL, out / "model.py")

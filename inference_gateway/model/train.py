@@ -223,6 +223,19 @@ def fit_head(
     return coef, intercept, best
 
 
+def save_head(out_dir: Path, coef: np.ndarray, intercept: np.ndarray) -> None:
+    """Version 2's head.npz, as e5_runtime.Classifier reads it."""
+    from . import e5_runtime
+
+    np.savez_compressed(
+        out_dir / "head.npz",
+        coef=coef,
+        intercept=intercept,
+        labels=np.array(CATEGORIES),
+        head_version=np.int64(e5_runtime.HEAD_VERSION),
+    )
+
+
 def train_v2(out_dir: Path, n: int = N_TICKETS, seed: int = SEED) -> dict:
     from . import e5_export, e5_runtime
 
@@ -257,13 +270,7 @@ def train_v2(out_dir: Path, n: int = N_TICKETS, seed: int = SEED) -> dict:
 
     y_true = np.array([CATEGORIES.index(r["category"]) for r in test_rows])
     y_pred = (x_test @ coef + intercept).argmax(axis=1)
-    np.savez_compressed(
-        out_dir / "head.npz",
-        coef=coef,
-        intercept=intercept,
-        labels=np.array(CATEGORIES),
-        head_version=np.int64(e5_runtime.HEAD_VERSION),
-    )
+    save_head(out_dir, coef, intercept)
     # the served path (Classifier, reading what was just written) must agree with this one
     classifier = e5_runtime.Classifier(out_dir)
     served = classifier.predict_proba([r["text"] for r in test_rows[:32]])
