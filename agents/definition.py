@@ -27,13 +27,16 @@ class DefinitionError(ValueError):
     """A definition that cannot run; the message names the file and the field."""
 
 
-def load_definition(path: Path | str) -> WorkflowDefinition:
-    path = Path(path)
+def _read_yaml(path: Path) -> object:
     try:
-        data = yaml.safe_load(path.read_text())
+        return yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise DefinitionError(f"{path}: cannot read: {exc}") from exc
-    return parse_definition(data, source=str(path))
+
+
+def load_definition(path: Path | str) -> WorkflowDefinition:
+    path = Path(path)
+    return parse_definition(_read_yaml(path), source=str(path))
 
 
 def parse_definition(data: object, source: str = "<definition>") -> WorkflowDefinition:
@@ -178,10 +181,7 @@ def load_workflows(workflow_file: Path, selector_file: Path | None = None) -> Wo
 
 def load_selector(path: Path | str) -> WorkflowSelector:
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise DefinitionError(f"{path}: cannot read: {exc}") from exc
+    data = _read_yaml(path)
     try:
         return WorkflowSelector.model_validate(data)
     except ValidationError as exc:
