@@ -2,50 +2,20 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 import pytest
 
 from agents.errors import RetryableError
 from agents.steps.handlers import InferenceStep
 from inference_gateway.errors import GatewayError
 from schemas.gateway import ErrorCode, PredictOutput, PredictResponse
-from schemas.tickets import Category, DecisionStep, Envelope, StepStatus, Ticket
+from schemas.tickets import Category, Envelope, StepStatus
 from schemas.workflow import Cascade, Step
-
-LABELS = ["billing", "after_sales", "technical", "account", "shipping", "general"]
-
-
-def scores(**named: float) -> dict[str, float]:
-    rest = (1 - sum(named.values())) / (len(LABELS) - len(named))
-    return {label: named.get(label, rest) for label in LABELS}
-
-
-class Recorder:
-    """Emitter.record's stand-in: keeps each entry with the model version its audit names."""
-
-    def __init__(self) -> None:
-        self.audited: list[tuple[str, StepStatus, str | None, str | None]] = []
-
-    def __call__(self, env, step, status, t0, detail=None) -> DecisionStep:
-        entry = DecisionStep(step=step.name, status=status, latency_ms=1.0, detail=detail)
-        env.path.append(entry)
-        pred = env.context.prediction
-        self.audited.append((step.name, status, detail, pred.model_version if pred else None))
-        return entry
+from tests.unit.step_fakes import Recorder, scores
+from tests.unit.step_fakes import envelope as fake_envelope
 
 
 def envelope(tid: str) -> Envelope:
-    now = datetime.now(timezone.utc)
-    return Envelope(
-        ticket=Ticket(ticket_id=tid, text="the invoice is wrong", created_at=now),
-        workflow="w",
-        workflow_version=1,
-        step="infer",
-        trace_id="a" * 32,
-        arrival="0:1",
-        started_at=now,
-    )
+    return fake_envelope(tid, "infer")
 
 
 class PerTicketGateway:

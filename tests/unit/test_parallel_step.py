@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import datetime, timezone
 
 import pytest
 
@@ -17,22 +16,15 @@ from inference_gateway.errors import GatewayError
 from schemas.gateway import ErrorCode, PredictOutput, PredictResponse
 from schemas.tickets import (
     Category,
-    DecisionStep,
     Envelope,
     ErrorClass,
     FeatureValue,
     Prediction,
     StepStatus,
-    Ticket,
 )
 from schemas.workflow import Step
-
-LABELS = ["billing", "after_sales", "technical", "account", "shipping", "general"]
-
-
-def scores(**named: float) -> dict[str, float]:
-    rest = (1 - sum(named.values())) / (len(LABELS) - len(named))
-    return {label: named.get(label, rest) for label in LABELS}
+from tests.unit.step_fakes import Recorder, scores
+from tests.unit.step_fakes import envelope as fake_envelope
 
 
 class VersionedGateway:
@@ -60,31 +52,8 @@ class VersionedGateway:
         return PredictResponse(model=model, version=version, outputs=outputs, latency_ms=1.0)
 
 
-class Recorder:
-    """Emitter.record's stand-in: keeps each entry with the model version its audit names."""
-
-    def __init__(self) -> None:
-        self.audited: list[tuple[str, StepStatus, str | None, str | None]] = []
-
-    def __call__(self, env, step, status, t0, detail=None) -> DecisionStep:
-        entry = DecisionStep(step=step.name, status=status, latency_ms=1.0, detail=detail)
-        env.path.append(entry)
-        pred = env.context.prediction
-        self.audited.append((step.name, status, detail, pred.model_version if pred else None))
-        return entry
-
-
 def envelope(tid: str = "t-1") -> Envelope:
-    now = datetime.now(timezone.utc)
-    return Envelope(
-        ticket=Ticket(ticket_id=tid, text="the invoice is wrong", created_at=now),
-        workflow="w",
-        workflow_version=1,
-        step="infer_ensemble",
-        trace_id="a" * 32,
-        arrival="0:1",
-        started_at=now,
-    )
+    return fake_envelope(tid, "infer_ensemble")
 
 
 def branch(version: str, timeout_ms: int = 300) -> Step:
