@@ -84,18 +84,11 @@ def default_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, ev.Sco
     return version, ev.scorer(version)
 
 
-def test_after_sales_targets_on_the_fixture(default_model: tuple[str, ev.Scorer]) -> None:
+@pytest.mark.parametrize("cases", [CASES, BLIND2], ids=["handwritten", "blind2"])
+def test_after_sales_targets(cases: list, default_model: tuple[str, ev.Scorer]) -> None:
     version, score = default_model
-    outcomes = ev.decide([c.text for c in CASES], score, ev.rules_step(), version)
-    rep = ev.report(CASES, outcomes)
-    assert rep.recall >= ev.TARGET_RECALL, rep.misses
-    assert rep.precision >= ev.TARGET_PRECISION, rep.misses
-
-
-def test_after_sales_targets_on_blind2(default_model: tuple[str, ev.Scorer]) -> None:
-    version, score = default_model
-    outcomes = ev.decide([c.text for c in BLIND2], score, ev.rules_step(), version)
-    rep = ev.report(BLIND2, outcomes)
+    outcomes = ev.decide([c.text for c in cases], score, ev.rules_step(), version)
+    rep = ev.report(cases, outcomes)
     assert rep.recall >= ev.TARGET_RECALL, rep.misses
     assert rep.precision >= ev.TARGET_PRECISION, rep.misses
 
