@@ -344,7 +344,7 @@ class WorkflowEngine:
             if current.type == "router":
                 await self.router.route(current, its)
                 continue
-            going_on = its if ran else await self._run_step(current, its, keyed)
+            going_on = its if ran else await self.runner.run(current, its, keyed)
             fused: dict[str, list[Item]] = defaultdict(list)
             for event, env in going_on:
                 hop = self.topology.hop(env, current.name)
@@ -357,17 +357,6 @@ class WorkflowEngine:
                 self.emitter.send(self.topics.step(hop.step.name), env)
             for name, group in fused.items():
                 work.append((self.topology.step_of(group[0][1], name), group, False))
-
-    async def _run_step(self, step: Step, items: list[Item], keyed: bool) -> list[Item]:
-        """The runner on each group of tickets that share the step's configuration: tickets
-        of several workflows may meet on one topic, each with its own version of the step."""
-        groups: dict[int, list[Item]] = defaultdict(list)
-        for item in items:
-            groups[self.topology.variant(item[1], step.name)].append(item)
-        if len(groups) <= 1:
-            return await self.runner.run(step, items, keyed)
-        done = await asyncio.gather(*(self.runner.run(step, g, keyed) for g in groups.values()))
-        return [item for group in done for item in group]
 
     # ---- retry tiers ----------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ ticket goes on, is retried through a delay tier, is degraded, or is dead-lettere
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
@@ -68,27 +69,32 @@ class StepRunner:
         on its partition and may be written.
         """
         t0 = time.perf_counter()
-        by_version: dict[int, list[Item]] = defaultdict(list)
+        # tickets of several workflows and versions may meet on one topic: each group shares
+        # one configuration of the step (Topology.variant), so one handler call serves it
+        groups: dict[int, list[Item]] = defaultdict(list)
         for event, env in items:
             if self._past_deadline(env, step) and not self._on_deadline(event, env, step, keyed):
                 continue
-            by_version[env.workflow_version].append((event, env))
+            groups[self.topology.variant(env, step.name)].append((event, env))
+        done = await asyncio.gather(*(self._run_group(step, g, t0, keyed) for g in groups.values()))
+        return [item for group in done for item in group]
+
+    async def _run_group(self, step: Step, its: list[Item], t0: float, keyed: bool) -> list[Item]:
+        own = self.topology.step_of(its[0][1], step.name)
+        envs = [env for _, env in its]
+        step_spans.start(own.name, ((env, _carried(event)) for event, env in its))
+        # the gateway call of the infer step joins the traces of the tickets it carries
+        with caller_spans(step_spans.contexts(envs)):
+            results = await self._handle(own, envs)
         going_on = []
-        for its in by_version.values():
-            own = self.topology.step_of(its[0][1], step.name)
-            envs = [env for _, env in its]
-            step_spans.start(own.name, ((env, _carried(event)) for event, env in its))
-            # the gateway call of the infer step joins the traces of the tickets it carries
-            with caller_spans(step_spans.contexts(envs)):
-                results = await self._handle(own, envs)
-            for (event, env), result in zip(its, results, strict=True):
-                outcome = outcome_of(result, env, own.type)
-                if isinstance(result, BaseException) and not isinstance(outcome, Retry):
-                    log.info(
-                        "step %s: %s for %s", own.name, type(result).__name__, env.ticket.ticket_id
-                    )
-                if self.apply(own, event, env, outcome, t0, keyed):
-                    going_on.append((event, env))
+        for (event, env), result in zip(its, results, strict=True):
+            outcome = outcome_of(result, env, own.type)
+            if isinstance(result, BaseException) and not isinstance(outcome, Retry):
+                log.info(
+                    "step %s: %s for %s", own.name, type(result).__name__, env.ticket.ticket_id
+                )
+            if self.apply(own, event, env, outcome, t0, keyed):
+                going_on.append((event, env))
         return going_on
 
     async def _handle(self, step: Step, envs: list[Envelope]) -> list[BaseException | None]:

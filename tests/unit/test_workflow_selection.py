@@ -224,32 +224,38 @@ def test_config_validate_checks_a_selector_with_its_folder(tmp_path):
     assert run.exit_code == 1 and "['missing']" in run.output
 
 
-def test_the_engine_runs_each_step_configuration_apart(tmp_path):
+def test_the_runner_runs_each_step_configuration_apart(tmp_path):
     import asyncio
-    from types import SimpleNamespace
 
-    from agents.engine import WorkflowEngine
+    from agents.runner import StepRunner
+    from streams.topics import Topics
+    from tests.unit.test_workflow_layer import FakeEmitter, FakeStates
 
     main = folder_with(
         tmp_path, definition("a"), definition("b", rules=("refund_check", "score_threshold"))
     )
     workflows = load_workflows(main)
     topology = Topology(workflows.default, workflows.others(), workflows.selector)
-    calls: list[list[str]] = []
+    calls: list[tuple[list[str], list[str]]] = []
 
-    class Runner:
-        async def run(self, step, items, keyed):
-            calls.append([env.workflow for _, env in items])
-            return items
+    class Handler:
+        async def run_batch(self, envs, step):
+            calls.append(([env.workflow for env in envs], list(step.rules)))
+            return [None] * len(envs)
 
-    engine = SimpleNamespace(topology=topology, runner=Runner())
+    handlers = {"rule_engine": Handler(), "processor": Handler()}
+    runner = StepRunner(topology, handlers, FakeEmitter(), FakeStates(), Topics("p."))
     items = [(None, envelope(w)) for w in ("a", "b", "a", "b")]
     step = workflows.default.step("rules")
-    done = asyncio.run(WorkflowEngine._run_step(engine, step, items, True))
-    assert sorted(map(sorted, calls)) == [["a", "a"], ["b", "b"]]  # one call per variant
+    done = asyncio.run(runner.run(step, items, True))
+    # one call per variant, each with its own workflow's configuration of the step
+    assert sorted(calls) == [
+        (["a", "a"], ["score_threshold"]),
+        (["b", "b"], ["refund_check", "score_threshold"]),
+    ]
     assert sorted(env.workflow for _, env in done) == ["a", "a", "b", "b"]
     calls.clear()
-    asyncio.run(WorkflowEngine._run_step(engine, workflows.default.step("clean"), items, True))
+    asyncio.run(runner.run(workflows.default.step("clean"), items, True))
     assert len(calls) == 1  # configured alike: one call for all four
 
 
