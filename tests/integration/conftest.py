@@ -56,3 +56,34 @@ def worker(live_stack: Settings, gateway) -> Iterator[services.Service]:
     service = services.start_worker(live_stack, log_name=f"worker-{RUN}")
     yield service
     service.stop()
+
+
+# librdkafka's and aiokafka's reconnect chatter while a test stops the broker: it would
+# crowd out the lines that tell why a worker stalled
+LOG_NOISE = ("Connect to ipv4", "Unable connect to node", "Unable to update metadata",
+             "NodeNotReadyError", "Heartbeat", "Marking the coordinator dead")  # fmt: skip
+
+
+def log_tail(path, lines: int = 60) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        return f"(unreadable: {exc})"
+    kept = [
+        line
+        for line in text.splitlines()
+        if line.strip() and not any(noise in line for noise in LOG_NOISE)
+    ]
+    return "\n".join(kept[-lines:])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test that ran on the session's worker shows the end of that worker's log:
+    CI keeps the test output, not the stack's log folder."""
+    outcome = yield
+    report = outcome.get_result()
+    service = getattr(item, "funcargs", {}).get("worker")
+    if report.failed and isinstance(service, services.Service):
+        title = f"{service.log_path.name} (last lines)"
+        report.sections.append((title, log_tail(service.log_path)))
