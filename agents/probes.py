@@ -17,6 +17,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from agents import metrics
+from streams import faust_adapter
 from streams.redis_config import async_client
 from streams.settings import Settings
 
@@ -80,7 +81,7 @@ def consumer_lag(consumer: Any) -> dict[str, int]:
     Partitions with nothing read since their assignment are left out (no position yet).
     """
     lag: dict[str, int] = defaultdict(int)
-    read = consumer._read_offset  # Faust's own bookkeeping: the last offset handed on
+    read = faust_adapter.read_offsets(consumer)
     for tp in consumer.assignment():
         last = read.get(tp)
         end = consumer.highwater(tp)

@@ -19,6 +19,8 @@ What we need from inside Faust, and why:
   and no setting to change it. A fetch already waiting on the broker does not include
   partitions assigned or resumed after it was sent, so after every assignment, restore
   or seek the new partitions waited up to 1.5 s for their first records.
+- `read_offsets`: the last offset Faust handed on per partition, for the consumer-lag
+  gauge (agents/probes.py); Faust exposes no position of its own.
 - `observe_fetches`: when the consumer thread got each batch of records from the broker,
   the one point of a hop that Faust exposes nowhere (docs/workflow.md, "Where a hop's
   time goes").
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from importlib.metadata import version
 from typing import Any
 
@@ -107,6 +109,11 @@ def observe_fetches(app: faust.App, seen: Callable[[Any, float], None]) -> None:
         return records
 
     thread._fetch_records = _fetch_records
+
+
+def read_offsets(consumer: Any) -> Mapping[Any, int | None]:
+    """The last offset the consumer handed on, per partition (Faust's own bookkeeping)."""
+    return consumer._read_offset
 
 
 class OffsetBook:
