@@ -7,11 +7,19 @@ next fences the last owner's producer. The router goes on taking tickets while a
 partition's transaction commits, so the next transaction carries everything that arrived
 meanwhile. The commit barrier waits for `drain()`, so an input offset is never committed
 before its result.
+
+A producer fenced while its worker still holds the partition (two workers each believing
+they own it while the group settles) is not replaced at once: the partition is held for
+`FENCED_HOLD_S`, longer than a session timeout, and only then fenced back if it is still
+assigned. Replacing it at once let two such workers abort each other's transactions in
+turn, with nothing committed (docs/chaos.md, findings of 4 December); held, the newer
+owner commits meanwhile, and the ledger reloaded after the hold skips what it committed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import defaultdict
@@ -19,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 from agents import metrics
 from agents.completion import CompletionLedger
@@ -37,6 +45,12 @@ log = logging.getLogger(__name__)
 
 REVIEW_ROUTE = "manual_review"
 RETRY_PAUSE_S = 1.0
+# a fenced partition still assigned waits this long before fencing back: past the group's
+# session timeout (6 s, streams/app.py), by when a worker that lost it has been told so
+FENCED_HOLD_S = 10.0
+FENCING = frozenset(
+    {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+)
 
 
 @dataclass
@@ -71,6 +85,10 @@ class Router:
         self._queued: dict[int, dict[str, Pending]] = defaultdict(dict)
         self._committing: dict[int, asyncio.Future] = {}
         self._warming: set[asyncio.Future] = set()
+        # partition -> monotonic time until which a fenced partition is not fenced back
+        self._held_until: dict[int, float] = {}
+        # set while a partition is being revoked: its commit loop stops instead of retrying
+        self._revoking: dict[int, asyncio.Event] = defaultdict(asyncio.Event)
         self.topic = topics.step(topology.router.name)
 
     async def route(self, step: Step, items: list[tuple[Any, Envelope]]) -> None:
@@ -82,9 +100,10 @@ class Router:
         t0 = time.perf_counter()
         for event, env in items:
             partition = event.message.partition
-            await self._owned(partition)
+            if not self._holding(partition):  # held: the commit after the hold loads it
+                await self._owned(partition)
             tid = env.ticket.ticket_id
-            if self.ledger.has(partition, tid) or tid in self._queued[partition]:
+            if tid in self._queued[partition] or self._in_ledger(partition, tid):
                 log.info("ticket %s already has its result; redelivery skipped", tid)
                 continue
             own = self.topology.step_of(env, step.name)
@@ -109,11 +128,30 @@ class Router:
                     self._reset(partition)
                     for tid, item in batch.items():
                         self._queued[partition].setdefault(tid, item)
-                    await asyncio.sleep(RETRY_PAUSE_S)
+                    await self._pause(partition)
         finally:
             self._committing.pop(partition, None)
 
+    async def _pause(self, partition: int) -> None:
+        """Before a retry: RETRY_PAUSE_S, or to the end of a fenced partition's hold; cut
+        short once the partition is no longer assigned (the next try then gives it up)."""
+        until = max(time.monotonic() + RETRY_PAUSE_S, self._held_until.get(partition, 0.0))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._revoking[partition].wait(), until - time.monotonic())
+
+    def _mine(self, partition: int) -> bool:
+        return not self._revoking[partition].is_set() and self._owns(partition)
+
+    def _holding(self, partition: int) -> bool:
+        return time.monotonic() < self._held_until.get(partition, 0.0)
+
+    def _in_ledger(self, partition: int, ticket_id: str) -> bool:
+        return self.ledger.loaded(partition) and self.ledger.has(partition, ticket_id)
+
     async def _commit(self, partition: int, items: list[Pending]) -> None:
+        if not self._mine(partition):  # revoked: its new owner redoes these inputs
+            log.info("route partition %d is no longer ours; its new owner redoes it", partition)
+            return
         producer = await self._owned(partition)
         items = [i for i in items if not self.ledger.has(partition, i.result.ticket_id)]
         if not items:
@@ -131,10 +169,17 @@ class Router:
             await producer.commit(records)
         except KafkaException as exc:
             self._reset(partition)
-            if not self._owns(partition):  # fenced: the new owner redoes these inputs
+            if not self._mine(partition):  # fenced: the new owner redoes these inputs
                 log.warning("route partition %d lost (%s); its new owner redoes it", partition, exc)
                 return
-            raise  # still ours (a rebalance gave it straight back): retried on a new producer
+            if _fenced(exc):  # still assigned here too: let the other owner commit first
+                self._held_until[partition] = time.monotonic() + FENCED_HOLD_S
+                log.warning(
+                    "route partition %d: fenced while assigned; held %.0f s before taking it back",
+                    partition,
+                    FENCED_HOLD_S,
+                )
+            raise  # still ours: retried on a new producer (after the hold, if fenced)
         for item in items:
             self.ledger.add(partition, item.result.ticket_id)
         for item in items:
@@ -190,6 +235,8 @@ class Router:
     def on_assigned(self, partitions: set[int]) -> None:
         """Fence the last owner and load the ledger now, not when the first ticket waits."""
         for partition in partitions:
+            self._revoking[partition].clear()
+            self._held_until.pop(partition, None)  # the group's word: ours, fence at once
             task = asyncio.ensure_future(self._owned(partition))
             self._warming.add(task)
             task.add_done_callback(self._warmed)
@@ -202,7 +249,10 @@ class Router:
     async def on_revoked(self, partitions: set[int]) -> None:
         """Let open transactions finish, then let the partitions go: the next owner fences
         this worker's producers and redoes whatever was not committed."""
+        for partition in partitions:  # a commit loop held or pausing stops now
+            self._revoking[partition].set()
         for partition in partitions:
+            self._held_until.pop(partition, None)
             committing = self._committing.get(partition)
             if committing is not None:
                 await asyncio.wait([committing], timeout=30)
@@ -244,3 +294,8 @@ class Router:
             workflow=env.workflow,
             workflow_version=env.workflow_version,
         )
+
+
+def _fenced(exc: KafkaException) -> bool:
+    err = exc.args[0] if exc.args else None
+    return isinstance(err, KafkaError) and err.code() in FENCING

@@ -3,11 +3,13 @@ in the ledger is skipped, a failed transaction keeps its results for the next on
 fenced partition is left to its new owner."""
 
 import asyncio
+import time
 import typing
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
-from confluent_kafka import KafkaException
+import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from agents import router as router_module
 from agents.definition import load_definition
@@ -24,6 +26,7 @@ TOPICS = Topics("p.")
 class FakeTxn:
     instances: typing.ClassVar[list] = []
     fail_next = 0
+    error: KafkaException = KafkaException("transaction failed")
 
     def __init__(self, bootstrap, transactional_id):
         self.id = transactional_id
@@ -37,7 +40,7 @@ class FakeTxn:
     async def commit(self, records):
         if FakeTxn.fail_next:
             FakeTxn.fail_next -= 1
-            raise KafkaException("transaction failed")
+            raise FakeTxn.error
         self.commits.append(records)
 
     def close(self):
@@ -91,6 +94,7 @@ def make(monkeypatch, owns=lambda p: True):
     monkeypatch.setattr(router_module, "CompletionLedger", FakeLedger)
     monkeypatch.setattr(router_module, "RETRY_PAUSE_S", 0.0)
     FakeTxn.instances, FakeTxn.fail_next = [], 0
+    FakeTxn.error = KafkaException("transaction failed")
     states = FakeStates()
     kafka = {"bootstrap.servers": "b"}
     r = Router(kafka, "app-route", TOPICS, Topology(DEFINITION), states, FakeEmitter(), owns)
@@ -147,3 +151,65 @@ def test_a_fenced_partition_is_left_to_its_new_owner(monkeypatch):
     FakeTxn.fail_next = 1
     route(r, [item("a")])
     assert states.moves == [] and all(not t.commits for t in FakeTxn.instances)
+
+
+FENCED = KafkaException(KafkaError(KafkaError._FENCED))
+
+
+@pytest.mark.parametrize("code", sorted(router_module.FENCING))
+def test_a_partition_fenced_while_assigned_is_held_before_it_is_taken_back(monkeypatch, code):
+    # two workers that both believe they own it must not fence each other every second
+    r, states = make(monkeypatch)
+    monkeypatch.setattr(router_module, "FENCED_HOLD_S", 0.3)
+    FakeTxn.fail_next, FakeTxn.error = 1, KafkaException(KafkaError(code))
+    t0 = time.monotonic()
+    route(r, [item("a")])
+    assert time.monotonic() - t0 >= 0.3
+    assert len(FakeTxn.instances) == 2 and FakeTxn.instances[0].closed
+    assert [len(t.commits) for t in FakeTxn.instances] == [0, 1]
+    assert [t for t, _ in states.moves] == ["a"]
+
+
+def test_a_failure_that_is_not_fencing_is_retried_without_the_hold(monkeypatch):
+    r, _ = make(monkeypatch)
+    monkeypatch.setattr(router_module, "FENCED_HOLD_S", 30.0)
+    FakeTxn.fail_next = 1
+    t0 = time.monotonic()
+    route(r, [item("a")])
+    assert time.monotonic() - t0 < 5 and [len(t.commits) for t in FakeTxn.instances] == [0, 1]
+
+
+def test_tickets_arriving_during_the_hold_wait_for_it_and_fence_nobody(monkeypatch):
+    r, states = make(monkeypatch)
+    monkeypatch.setattr(router_module, "FENCED_HOLD_S", 0.3)
+    FakeTxn.fail_next, FakeTxn.error = 1, FENCED
+
+    async def go():
+        await r.route(DEFINITION.step("route"), [item("a")])
+        await asyncio.sleep(0.1)  # fenced and held by now
+        await r.route(DEFINITION.step("route"), [item("b")])
+        assert len(FakeTxn.instances) == 1, "a ticket in the hold made a new producer"
+        await r.drain()
+
+    asyncio.run(go())
+    assert len(FakeTxn.instances) == 2
+    assert sorted(
+        rec[1] for rec in FakeTxn.instances[1].commits[0] if rec[0] == TOPICS.completed
+    ) == [b"a", b"b"]
+    assert sorted(t for t, _ in states.moves) == ["a", "b"]
+
+
+def test_a_revocation_during_the_hold_ends_it_and_leaves_the_partition(monkeypatch):
+    r, states = make(monkeypatch)
+    monkeypatch.setattr(router_module, "FENCED_HOLD_S", 30.0)
+    FakeTxn.fail_next, FakeTxn.error = 1, FENCED
+
+    async def go():
+        await r.route(DEFINITION.step("route"), [item("a")])
+        await asyncio.sleep(0.1)
+        await asyncio.wait_for(r.on_revoked({0}), 5)
+        await asyncio.wait_for(r.drain(), 5)
+
+    asyncio.run(go())
+    assert len(FakeTxn.instances) == 1 and not FakeTxn.instances[0].commits
+    assert states.moves == []
