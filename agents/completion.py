@@ -19,6 +19,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from agents.records import ledger_key
+from streams.watermarks import watermarks
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class CompletionLedger:
         tp = TopicPartition(self.topic, partition, OFFSET_BEGINNING)
         done: set[str] = set()
         try:
-            _low, high = consumer.get_watermark_offsets(tp, timeout=10)
+            _low, high = watermarks(consumer, tp)
             if high <= 0:
                 return done
             consumer.assign([tp])

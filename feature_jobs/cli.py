@@ -24,6 +24,7 @@ from feature_jobs.settings import FeatureSettings
 from schemas.features import FeatureView
 from streams.kafka_config import confluent_config
 from streams.settings import Settings
+from streams.watermarks import watermarks
 
 features_app = typer.Typer(
     help="Feature views: run the streaming jobs, describe the views, check drift.",
@@ -327,7 +328,7 @@ def _show_last_reports(s: Settings, names: list[str]) -> None:
             return
         tps = []
         for p in meta.partitions:
-            lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            lo, hi = watermarks(c, TopicPartition(topic, p))
             if hi > lo:
                 tps.append(TopicPartition(topic, p, max(lo, hi - 50)))
         if tps:
@@ -336,9 +337,7 @@ def _show_last_reports(s: Settings, names: list[str]) -> None:
             while time.monotonic() < deadline:
                 msg = c.poll(0.5)
                 if msg is None:
-                    if all(
-                        c.position([tp])[0].offset >= c.get_watermark_offsets(tp)[1] for tp in tps
-                    ):
+                    if all(c.position([tp])[0].offset >= watermarks(c, tp)[1] for tp in tps):
                         break
                     continue
                 if not msg.error() and msg.key():

@@ -40,6 +40,7 @@ from streams.kafka_config import confluent_config
 from streams.redis_config import async_client
 from streams.settings import Settings
 from streams.topics import Topics
+from streams.watermarks import watermarks
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,7 @@ class BuildTracker:
                 if parts is None or parts.error is not None:
                     continue
                 for p in parts.partitions:
-                    out[t][p] = c.get_watermark_offsets(TopicPartition(t, p), timeout=10)
+                    out[t][p] = watermarks(c, TopicPartition(t, p))
             return out
         finally:
             c.close()

@@ -9,6 +9,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from streams.kafka_config import confluent_config
 from streams.settings import Settings
 from streams.topics import AUDIT_RETENTION_MS, DLQ_MAX_MESSAGE_BYTES, Topics
+from streams.watermarks import watermarks
 
 RETRY_TIERS_MS = (200, 400, 800, 1600, 3200)
 
@@ -72,9 +73,7 @@ def topic_size(settings: Settings, topic: str) -> int:
         meta = c.list_topics(topic, timeout=10).topics.get(topic)
         if meta is None or meta.error is not None:
             return 0
-        marks = [
-            c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in meta.partitions
-        ]
+        marks = [watermarks(c, TopicPartition(topic, p)) for p in meta.partitions]
         return sum(high - low for low, high in marks)
     finally:
         c.close()

@@ -39,6 +39,7 @@ from streams.admin import delete_prefixed
 from streams.kafka_config import confluent_config
 from streams.settings import Settings
 from streams.topics import Topics
+from streams.watermarks import watermarks
 from ticketflow import services, stack
 from ticketflow.stack.process import log_tail
 
@@ -542,7 +543,7 @@ def locate(
     try:
         meta = c.list_topics(timeout=10).topics
         ends = {
-            TopicPartition(t, p): c.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1]
+            TopicPartition(t, p): watermarks(c, TopicPartition(t, p))[1]
             for t in meta
             if t.startswith(prefix)
             for p in meta[t].partitions

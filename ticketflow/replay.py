@@ -26,7 +26,6 @@ from typing import Literal
 from confluent_kafka import (
     Consumer,
     KafkaError,
-    KafkaException,
     Message,
     Producer,
     TopicPartition,
@@ -40,6 +39,7 @@ from streams.kafka_config import confluent_config
 from streams.producer import BASE_CONFIG
 from streams.settings import Settings
 from streams.topics import Topics
+from streams.watermarks import watermarks
 
 GROUP = "ticketflow-dlq-replay"
 PARKED_REASON = "x-replay-parked-reason"
@@ -342,7 +342,7 @@ def _ledgers(consumer: Consumer, topic: str, from_beginning: bool) -> dict[int, 
     committed = {tp.partition: tp for tp in consumer.committed(parts, timeout=10)}
     ledgers = {}
     for tp in parts:
-        low, high = _watermarks(consumer, tp)
+        low, high = watermarks(consumer, tp)
         mine = committed[tp.partition]
         offset = mine.offset if mine.offset >= 0 else -1
         start = low if from_beginning else max(offset, low)
@@ -353,19 +353,6 @@ def _ledgers(consumer: Consumer, topic: str, from_beginning: bool) -> dict[int, 
             earlier=decode_metadata(offset, mine.metadata),
         )
     return ledgers
-
-
-def _watermarks(consumer: Consumer, tp: TopicPartition, timeout_s: float = 15.0) -> tuple:
-    # a new topic, or a broker just back, answers "not leader" for a moment (an error that
-    # the binding does not mark retriable, so every error gets the same few seconds)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return consumer.get_watermark_offsets(tp, timeout=5, cached=False)
-        except KafkaException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
 
 
 def _records(

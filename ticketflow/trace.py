@@ -30,6 +30,7 @@ from schemas.tickets import AuditRecord, TicketResult
 from streams.kafka_config import confluent_config
 from streams.settings import Settings, get_settings
 from streams.topics import Topics
+from streams.watermarks import settled, watermarks
 from ticketflow.kafka_io import consumer
 
 WIDTH = 80  # the text view fits an 80-column terminal
@@ -227,7 +228,7 @@ def _read_keyed(
     if meta is None or meta.error is not None or not meta.partitions:
         return [], -1, 0
     tp = TopicPartition(topic, partition_of(key, len(meta.partitions)))
-    low, end = c.get_watermark_offsets(tp, timeout=10)
+    low, end = watermarks(c, tp)
     start = low if since is None else _offset_at(c, tp, since, end)
     if start >= end:
         return [], tp.partition, 0
@@ -244,7 +245,7 @@ def _offset_at(c: Consumer, tp: TopicPartition, since: datetime, end: int) -> in
     if since.tzinfo is None:  # the records' times are UTC, and so is a bare --since
         since = since.replace(tzinfo=timezone.utc)
     probe = TopicPartition(tp.topic, tp.partition, int(since.timestamp() * 1000))
-    [found] = c.offsets_for_times([probe], timeout=10)
+    [found] = settled(lambda wait: c.offsets_for_times([probe], timeout=wait))
     return found.offset if found.offset >= 0 else end  # nothing since then: read nothing
 
 
