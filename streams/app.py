@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -39,11 +40,15 @@ def tune_gc() -> None:
 
 
 def create_app(settings: Settings, app_id: str = "ticketflow", **overrides: Any) -> faust.App:
+    datadir = Path(settings.state_dir) / "faust"
+    datadir.mkdir(parents=True, exist_ok=True)  # Faust makes the app's folder, not its parents
     options: dict[str, Any] = {
         "broker": f"kafka://{settings.kafka_bootstrap}",
         "broker_credentials": faust_credentials(settings),
         # tables live in memory and are rebuilt from their changelog topics on start
         "store": "memory://",
+        # Faust keeps a folder per app even then: under the state dir, not where it was started
+        "datadir": str(datadir / "{conf.name}-data"),
         "topic_partitions": settings.partitions,
         "topic_replication_factor": 1,
         "web_port": settings.worker_web_port,

@@ -6,7 +6,6 @@ topic prefix of this test) stands in for all of them, so the shared services are
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,9 +30,9 @@ def own(
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     yield Settings()
-    # Faust's data folder, which the job made in the working directory
-    for folder in Path.cwd().glob(f"{env['TICKETFLOW_TOPIC_PREFIX']}*-data"):
-        shutil.rmtree(folder, ignore_errors=True)
+    # Faust's data folder goes under the state dir, not into the working directory
+    assert not list(Path.cwd().glob(f"{env['TICKETFLOW_TOPIC_PREFIX']}*-data"))
+    assert list((tmp_path / "state" / "faust").glob(f"{env['TICKETFLOW_TOPIC_PREFIX']}*-data"))
 
 
 def test_a_detached_service_outlives_its_start_and_stop_detached_ends_it(own: Settings) -> None:

@@ -456,14 +456,17 @@ def test_the_100x_init_container_fuses_the_current_default_workflow(tmp_path: Pa
 
 @pytest.mark.parametrize("name", RENDERED)
 def test_faust_services_work_in_their_writable_state_volume(name: str) -> None:
-    """Faust makes `<app id>-data` in the working directory; the image's /app is read-only
-    to the pods' user."""
+    """Faust makes `<app id>-data` under the state dir (the working directory for anything
+    else that writes); the image's /app is read-only to the pods' user."""
+    (config,) = [
+        d for d in RENDERED[name] if d["kind"] == "ConfigMap" and _name(d) == "ticketflow-config"
+    ]
     faust = [d for d in RENDERED[name] if d["kind"] in WORKLOADS]
     faust = [d for d in faust if _name(d) in {"worker", "features"}]
     assert len(faust) == 2
     for w in faust:
         (c,) = _containers(w)
         state = next(m for m in c["volumeMounts"] if m["name"] == "state")
-        assert c["workingDir"] == state["mountPath"]
+        assert c["workingDir"] == state["mountPath"] == config["data"]["TICKETFLOW_STATE_DIR"]
         volume = next(v for v in _pod_spec(w)["volumes"] if v["name"] == "state")
         assert "emptyDir" in volume
