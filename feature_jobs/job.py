@@ -21,6 +21,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Iterable
+from functools import partial
 
 import faust
 import mode
@@ -40,7 +41,7 @@ from streams.kafka_config import confluent_config
 from streams.redis_config import async_client
 from streams.settings import Settings
 from streams.topics import Topics
-from streams.watermarks import watermarks
+from streams.watermarks import settled, watermarks
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,8 @@ class BuildTracker:
         done = set()
         for topic, parts in self._targets.items():
             tps = [TopicPartition(topic, p) for p, (lo, hi) in parts.items() if hi > lo]
-            committed = {tp.partition: tp.offset for tp in self._consumer.committed(tps, 10)}
+            asked = settled(partial(self._consumer.committed, tps))
+            committed = {tp.partition: tp.offset for tp in asked}
             if all(committed.get(tp.partition, -1) >= parts[tp.partition][1] for tp in tps):
                 done.add(topic)
         return done

@@ -39,7 +39,7 @@ from streams.kafka_config import confluent_config
 from streams.producer import BASE_CONFIG
 from streams.settings import Settings
 from streams.topics import Topics
-from streams.watermarks import watermarks
+from streams.watermarks import settled, watermarks
 
 GROUP = "ticketflow-dlq-replay"
 PARKED_REASON = "x-replay-parked-reason"
@@ -339,7 +339,8 @@ def _ledgers(consumer: Consumer, topic: str, from_beginning: bool) -> dict[int, 
     if meta is None or meta.error is not None:
         return {}
     parts = [TopicPartition(topic, p) for p in sorted(meta.partitions)]
-    committed = {tp.partition: tp for tp in consumer.committed(parts, timeout=10)}
+    asked = settled(lambda wait: consumer.committed(parts, timeout=wait))
+    committed = {tp.partition: tp for tp in asked}
     ledgers = {}
     for tp in parts:
         low, high = watermarks(consumer, tp)

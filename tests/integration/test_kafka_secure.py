@@ -20,6 +20,7 @@ from streams.admin import delete_prefixed
 from streams.kafka_config import confluent_config
 from streams.settings import Settings
 from streams.topics import Topics
+from streams.watermarks import watermarks
 from tests.integration.kafka_helpers import ROUTES, body, tickets
 from ticketflow import kafka_io, services, stack
 from ticketflow.stack import kafka_secure
@@ -67,10 +68,7 @@ def _records_in(admin: Settings, topic: str) -> int:
         meta = c.list_topics(topic, timeout=10).topics[topic]
         return sum(
             high - low
-            for low, high in (
-                c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-                for p in meta.partitions
-            )
+            for low, high in (watermarks(c, TopicPartition(topic, p)) for p in meta.partitions)
         )
     finally:
         c.close()
