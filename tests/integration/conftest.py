@@ -16,6 +16,7 @@ import pytest
 
 from streams.settings import Settings
 from ticketflow import services, stack
+from ticketflow.stack.process import log_tail
 
 RUN = uuid.uuid4().hex[:8]
 
@@ -64,19 +65,6 @@ LOG_NOISE = ("Connect to ipv4", "Unable connect to node", "Unable to update meta
              "NodeNotReadyError", "Heartbeat", "Marking the coordinator dead")  # fmt: skip
 
 
-def log_tail(path, lines: int = 60) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as exc:
-        return f"(unreadable: {exc})"
-    kept = [
-        line
-        for line in text.splitlines()
-        if line.strip() and not any(noise in line for noise in LOG_NOISE)
-    ]
-    return "\n".join(kept[-lines:])
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """A failed test that ran on the session's worker shows the end of that worker's log:
@@ -86,4 +74,5 @@ def pytest_runtest_makereport(item, call):
     service = getattr(item, "funcargs", {}).get("worker")
     if report.failed and isinstance(service, services.Service):
         title = f"{service.log_path.name} (last lines)"
-        report.sections.append((title, log_tail(service.log_path)))
+        tail = log_tail(service.log_path, 60, max_bytes=1 << 20, drop=LOG_NOISE)
+        report.sections.append((title, tail))

@@ -141,6 +141,8 @@ def test_log_tail(tmp_path: Path) -> None:
     assert process.log_tail(log, 5) == f"{process.START_HEADER}now starting: x\nonly this"
     assert process.log_tail(tmp_path / "missing.log") == ""
     assert process.log_tail(None) == ""
+    log.write_text("kept 1\nHeartbeat failed\n\nkept 2\nConnect to ipv4 x\n")
+    assert process.log_tail(log, 5, drop=("Heartbeat", "Connect to")) == "kept 1\nkept 2"
 
 
 def test_paths(tmp_path: Path) -> None:

@@ -379,8 +379,11 @@ def wait_until(predicate: Callable[[], bool], *, timeout_s: float, interval_s: f
         time.sleep(interval_s)
 
 
-def log_tail(path: Path | None, lines: int = 25, max_bytes: int = 64 * 1024) -> str:
-    """The last `lines` lines of a log file's latest run ("" when unreadable)."""
+def log_tail(
+    path: Path | None, lines: int = 25, max_bytes: int = 64 * 1024, drop: Sequence[str] = ()
+) -> str:
+    """The last `lines` lines of a log file's latest run ("" when unreadable), leaving out
+    blank lines and those that contain any of `drop`."""
     if path is None:
         return ""
     try:
@@ -395,4 +398,6 @@ def log_tail(path: Path | None, lines: int = 25, max_bytes: int = 64 * 1024) -> 
     starts = [i for i, line in enumerate(text) if line.startswith(START_HEADER)]
     if starts:
         text = text[starts[-1] :]
+    if drop:
+        text = [line for line in text if line.strip() and not any(d in line for d in drop)]
     return "\n".join(text[-lines:])
