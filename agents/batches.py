@@ -29,6 +29,7 @@ from confluent_kafka import KafkaError, KafkaException
 from faust.exceptions import ConsumerNotStarted, PartitionsMismatch
 
 from agents import metrics
+from streams.kafka_errors import kafka_error
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +64,9 @@ RECORD_FAULTS = frozenset(
 
 def is_infrastructure(exc: BaseException) -> bool:
     """Whether `exc` says a service is away, rather than that the record is at fault."""
-    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-        return exc.args[0].code() not in RECORD_FAULTS
+    err = kafka_error(exc)
+    if err is not None:
+        return err.code() not in RECORD_FAULTS
     return isinstance(exc, INFRA_ERRORS)
 
 

@@ -38,6 +38,7 @@ from agents.topology import Topology
 from schemas.tickets import Category, DecisionStep, Envelope, StepStatus, TicketResult
 from schemas.workflow import Step
 from streams.codecs import encode
+from streams.kafka_errors import kafka_error
 from streams.producer import TransactionalProducer
 from streams.topics import Topics
 
@@ -297,5 +298,5 @@ class Router:
 
 
 def _fenced(exc: KafkaException) -> bool:
-    err = exc.args[0] if exc.args else None
-    return isinstance(err, KafkaError) and err.code() in FENCING
+    err = kafka_error(exc)
+    return err is not None and err.code() in FENCING

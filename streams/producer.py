@@ -18,6 +18,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from streams.kafka_errors import kafka_error
 from streams.topics import DLQ_MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
@@ -159,7 +160,8 @@ class TransactionalProducer:
                 self._producer.produce(topic, **kwargs)
             self._producer.commit_transaction(timeout_s)
         except KafkaException as exc:
-            if exc.args and exc.args[0].txn_requires_abort():
+            err = kafka_error(exc)
+            if err is not None and err.txn_requires_abort():
                 self._producer.abort_transaction(timeout_s)
             raise
 

@@ -17,6 +17,8 @@ from typing import Protocol, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from streams.kafka_errors import kafka_error
+
 # the cluster has not settled yet: asking again shortly gets the answer
 TRANSIENT = frozenset(
     {
@@ -47,8 +49,8 @@ class _Watermarked(Protocol):
 
 
 def transient(exc: KafkaException) -> bool:
-    err = exc.args[0] if exc.args else None
-    return isinstance(err, KafkaError) and (err.code() in TRANSIENT or err.retriable())
+    err = kafka_error(exc)
+    return err is not None and (err.code() in TRANSIENT or err.retriable())
 
 
 def watermarks(
