@@ -156,12 +156,24 @@ def test_a_fenced_partition_is_left_to_its_new_owner(monkeypatch):
 FENCED = KafkaException(KafkaError(KafkaError._FENCED))
 
 
+def fenced_once(monkeypatch, hold_s: float, error: KafkaException = FENCED):
+    """A router whose first commit is fenced while its partition stays assigned."""
+    r, states = make(monkeypatch)
+    monkeypatch.setattr(router_module, "FENCED_HOLD_S", hold_s)
+    FakeTxn.fail_next, FakeTxn.error = 1, error
+    return r, states
+
+
+async def route_into_the_hold(r) -> None:
+    """Route ticket "a"; its commit is fenced and the partition held by the return."""
+    await r.route(DEFINITION.step("route"), [item("a")])
+    await asyncio.sleep(0.1)
+
+
 @pytest.mark.parametrize("code", sorted(router_module.FENCING))
 def test_a_partition_fenced_while_assigned_is_held_before_it_is_taken_back(monkeypatch, code):
     # two workers that both believe they own it must not fence each other every second
-    r, states = make(monkeypatch)
-    monkeypatch.setattr(router_module, "FENCED_HOLD_S", 0.3)
-    FakeTxn.fail_next, FakeTxn.error = 1, KafkaException(KafkaError(code))
+    r, states = fenced_once(monkeypatch, 0.3, KafkaException(KafkaError(code)))
     t0 = time.monotonic()
     route(r, [item("a")])
     assert time.monotonic() - t0 >= 0.3
@@ -180,13 +192,10 @@ def test_a_failure_that_is_not_fencing_is_retried_without_the_hold(monkeypatch):
 
 
 def test_tickets_arriving_during_the_hold_wait_for_it_and_fence_nobody(monkeypatch):
-    r, states = make(monkeypatch)
-    monkeypatch.setattr(router_module, "FENCED_HOLD_S", 0.3)
-    FakeTxn.fail_next, FakeTxn.error = 1, FENCED
+    r, states = fenced_once(monkeypatch, 0.3)
 
     async def go():
-        await r.route(DEFINITION.step("route"), [item("a")])
-        await asyncio.sleep(0.1)  # fenced and held by now
+        await route_into_the_hold(r)
         await r.route(DEFINITION.step("route"), [item("b")])
         assert len(FakeTxn.instances) == 1, "a ticket in the hold made a new producer"
         await r.drain()
@@ -200,13 +209,10 @@ def test_tickets_arriving_during_the_hold_wait_for_it_and_fence_nobody(monkeypat
 
 
 def test_a_revocation_during_the_hold_ends_it_and_leaves_the_partition(monkeypatch):
-    r, states = make(monkeypatch)
-    monkeypatch.setattr(router_module, "FENCED_HOLD_S", 30.0)
-    FakeTxn.fail_next, FakeTxn.error = 1, FENCED
+    r, states = fenced_once(monkeypatch, 30.0)
 
     async def go():
-        await r.route(DEFINITION.step("route"), [item("a")])
-        await asyncio.sleep(0.1)
+        await route_into_the_hold(r)
         await asyncio.wait_for(r.on_revoked({0}), 5)
         await asyncio.wait_for(r.drain(), 5)
 
