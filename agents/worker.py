@@ -22,6 +22,7 @@ from agents.topology import Topology
 from feature_jobs.reader import OnlineFeatureReader
 from feature_jobs.views import VIEWS
 from inference_gateway.client import GatewayClient
+from streams import recovery_watch
 from streams.admin import ensure_topics, pipeline_topics
 from streams.app import create_app, tune_gc, use_uvloop
 from streams.faust_adapter import restore_seconds
@@ -88,6 +89,20 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
             await gaps.check()
         except Exception:  # a seek during a broker outage: the next tick tries again
             log.warning("gap guard check failed", exc_info=True)
+
+    restore = recovery_watch.watch(app)
+
+    # started with the table manager: Faust starts app timers and services only once the
+    # first restore has ended, the one they would have to watch
+    class _RestoreWatch(mode.Service):
+        @mode.Service.timer(5.0)
+        async def _restore_clock(self) -> None:
+            try:
+                await restore.check()
+            except Exception:  # a seek during a broker outage: the next tick tries again
+                log.warning("table restore watch failed", exc_info=True)
+
+    app.tables.add_dependency(_RestoreWatch())
 
     dependencies = DependencyProbe(settings)
 

@@ -24,6 +24,9 @@ What we need from inside Faust, and why:
 - `observe_fetches`: when the consumer thread got each batch of records from the broker,
   the one point of a hop that Faust exposes nowhere (docs/workflow.md, "Where a hop's
   time goes").
+- `recovery_view`, `fetch_state`, `reread_changelogs`: how far a table restore got, and a
+  way to restart its reading (`streams/recovery_watch.py`: Faust's recovery waits for
+  ever when its changelog records stop arriving).
 """
 
 from __future__ import annotations
@@ -31,10 +34,12 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
 
 import faust
+from aiokafka import TopicPartition as KafkaTP
 from faust.streams import _current_event
 from faust.tables import TableManager
 
@@ -225,3 +230,64 @@ def install_commit(app: faust.App, commit: Callable[[Any, FaustOffsets], Awaitab
         return await commit(committable, offsets)
 
     consumer._commit_offsets = _commit_offsets
+
+
+@dataclass(frozen=True)
+class RecoveryView:
+    """Where the table restore of the current rebalance stands (monotonic clock)."""
+
+    in_recovery: bool
+    started_at: float | None
+    remaining: Mapping[Any, int]  # active changelog partition -> records still to read
+    read_to: Mapping[Any, int]  # active changelog partition -> last offset read (-1: none)
+    last_event_at: Mapping[Any, float]  # active changelog partition -> last record read
+
+
+def recovery_view(app: faust.App) -> RecoveryView:
+    recovery = app.tables.recovery
+    return RecoveryView(
+        in_recovery=bool(recovery.in_recovery),
+        started_at=recovery._recovery_started_at,
+        remaining=dict(recovery.active_remaining()),
+        read_to={tp: -1 if o is None else o for tp, o in recovery.active_offsets.items()},
+        last_event_at=dict(recovery._active_events_received_at),
+    )
+
+
+def fetch_state(app: faust.App, tps: Any) -> dict[Any, dict[str, Any]]:
+    """What Faust and aiokafka each believe about fetching `tps`, for the log."""
+    consumer = app.consumer
+    paused, active = consumer._paused_partitions, consumer._active_partitions or set()
+    kafka = consumer._thread._consumer
+    assignment = kafka._fetcher._subscriptions.subscription.assignment if kafka else None
+    state: dict[Any, dict[str, Any]] = {}
+    for tp in tps:
+        row: dict[str, Any] = {
+            "faust_read_offset": consumer._read_offset.get(tp),
+            "faust_paused": tp in paused,
+            "faust_active": tp in active,
+            "flow_active": consumer.flow_active,
+        }
+        if assignment is not None and kafka is not None:
+            part = KafkaTP(tp.topic, tp.partition)
+            if part in assignment.tps:
+                tp_state = assignment.state_value(part)
+                row["position"] = tp_state.position if tp_state.has_valid_position else None
+                row["kafka_paused"] = tp_state.paused
+                row["buffered"] = part in kafka._fetcher._records
+        state[tp] = row
+    return state
+
+
+async def reread_changelogs(app: faust.App, positions: Mapping[Any, int]) -> None:
+    """Read the changelog partitions again from `positions`, as recovery's own seek does.
+
+    Faust's `seek_wait` moves aiokafka's position, drops its buffered records and resets
+    Faust's read offset (below which its fetch loop drops records); then the partitions,
+    the flow and the fetcher are resumed as recovery resumes them."""
+    consumer = app.consumer
+    await consumer.seek_wait(dict(positions))
+    consumer.resume_partitions(set(positions))
+    app.flow_control.resume()
+    consumer.resume_flow()
+    await app._fetcher.maybe_start()
