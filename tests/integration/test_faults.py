@@ -285,7 +285,7 @@ def test_two_workers_split_the_partitions_and_a_kill_of_one_doubles_nothing(pipe
 
 # Loaded by the restarted worker only (PYTHONPATH): its first table restore loses every
 # changelog record it fetches, as if Faust's read offset had been left past them.
-LOSE_RESTORE = '''
+LOSE_RESTORE = """
 import faust.tables.recovery as recovery
 
 seek = recovery.Recovery._seek_offsets
@@ -300,7 +300,7 @@ async def _seek_offsets(self, consumer, tps, offsets, title):
             consumer._read_offset[tp] = 1 << 40
 
 recovery.Recovery._seek_offsets = _seek_offsets
-'''
+"""
 
 
 def test_a_table_restore_that_stops_receiving_records_is_read_again(pipeline, tmp_path):
