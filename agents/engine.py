@@ -236,7 +236,7 @@ class WorkflowEngine:
     def _owns(self, partition: int) -> bool:
         return any(
             tp.topic == self.router.topic and tp.partition == partition
-            for tp in self.app.consumer.assignment()
+            for tp in faust_adapter.assignment(self.app)
         )
 
     async def _on_assigned(self, app: faust.App, assigned: set, **_: Any) -> None:

@@ -22,7 +22,7 @@ from agents.topology import Topology
 from feature_jobs.reader import OnlineFeatureReader
 from feature_jobs.views import VIEWS
 from inference_gateway.client import GatewayClient
-from streams import recovery_watch
+from streams import faust_adapter, recovery_watch
 from streams.admin import ensure_topics, pipeline_topics
 from streams.app import create_app, tune_gc, use_uvloop
 from streams.faust_adapter import restore_seconds
@@ -125,7 +125,7 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
         recovery = app.tables.recovery
         recovered = recovery.completed.is_set()
         try:
-            assigned = bool(app.consumer.assignment())
+            assigned = bool(faust_adapter.assignment(app))
         except ConsumerNotStarted:  # asked before the consumer has started: not ready
             assigned = False
         ok = recovered and assigned and not app.rebalancing

@@ -19,6 +19,8 @@ What we need from inside Faust, and why:
   and no setting to change it. A fetch already waiting on the broker does not include
   partitions assigned or resumed after it was sent, so after every assignment, restore
   or seek the new partitions waited up to 1.5 s for their first records.
+- `assignment`: the partitions the worker holds, asked of Faust's transport consumer,
+  which sits outside Faust's agent and table API.
 - `read_offsets`: the last offset Faust handed on per partition, for the consumer-lag
   gauge (agents/probes.py); Faust exposes no position of its own.
 - `observe_fetches`: when the consumer thread got each batch of records from the broker,
@@ -116,6 +118,11 @@ def observe_fetches(app: faust.App, seen: Callable[[Any, float], None]) -> None:
     thread._fetch_records = _fetch_records
 
 
+def assignment(app: faust.App) -> set[Any]:
+    """The partitions this worker's consumer holds now (its transport's own view)."""
+    return set(app.consumer.assignment())
+
+
 def read_offsets(consumer: Any) -> Mapping[Any, int | None]:
     """The last offset the consumer handed on, per partition (Faust's own bookkeeping)."""
     return consumer._read_offset
@@ -130,6 +137,9 @@ class OffsetBook:
     @property
     def _consumer(self) -> Any:
         return self._app.consumer
+
+    def assignment(self) -> set[Any]:
+        return assignment(self._app)
 
     def acked(self, tp: Any) -> list[int]:
         """The acknowledged offsets not yet committed (Faust's own list: edit in place)."""
@@ -203,7 +213,7 @@ class FaustOffsets:
         return self._app.consumer_generation_id
 
     def assignment(self) -> set[Any]:
-        return set(self._app.consumer.assignment())
+        return assignment(self._app)
 
     async def commit(self, offsets: Any) -> bool:
         consumer = self._app.consumer
@@ -259,7 +269,7 @@ def fetch_state(app: faust.App, tps: Any) -> dict[Any, dict[str, Any]]:
     consumer = app.consumer
     paused, active = consumer._paused_partitions, consumer._active_partitions or set()
     kafka = consumer._thread._consumer
-    assignment = kafka._fetcher._subscriptions.subscription.assignment if kafka else None
+    subscribed = kafka._fetcher._subscriptions.subscription.assignment if kafka else None
     state: dict[Any, dict[str, Any]] = {}
     for tp in tps:
         row: dict[str, Any] = {
@@ -268,10 +278,10 @@ def fetch_state(app: faust.App, tps: Any) -> dict[Any, dict[str, Any]]:
             "faust_active": tp in active,
             "flow_active": consumer.flow_active,
         }
-        if assignment is not None and kafka is not None:
+        if subscribed is not None and kafka is not None:
             part = KafkaTP(tp.topic, tp.partition)
-            if part in assignment.tps:
-                tp_state = assignment.state_value(part)
+            if part in subscribed.tps:
+                tp_state = subscribed.state_value(part)
                 row["position"] = tp_state.position if tp_state.has_valid_position else None
                 row["kafka_paused"] = tp_state.paused
                 row["buffered"] = part in kafka._fetcher._records

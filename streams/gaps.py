@@ -137,7 +137,7 @@ class GapGuard:
         slow, the cost is a repeat, which at-least-once steps and the router's ledger absorb.
         """
         now = time.monotonic()
-        for tp in self.app.consumer.assignment():
+        for tp in self.book.assignment():
             if not self._watched(tp):
                 continue
             committed = self.book.committed(tp)
@@ -177,7 +177,7 @@ class GapGuard:
     def _forget_revoked(self) -> None:
         # whoever is assigned a partition next seeks to its committed offset and so
         # rereads whatever was skipped on it
-        assigned = self.app.consumer.assignment()
+        assigned = self.book.assignment()
         for jumps in (self._pending, self._unverified, self._heads, self._holes, self._progress):
             for tp in [tp for tp in jumps if tp not in assigned]:
                 del jumps[tp]
@@ -185,7 +185,7 @@ class GapGuard:
     async def _resolve_heads(self) -> None:
         while self._unknown_heads:
             tp = self._unknown_heads.pop()
-            if tp not in self.app.consumer.assignment() or self.book.committed(tp) is not None:
+            if tp not in self.book.assignment() or self.book.committed(tp) is not None:
                 continue
             try:
                 self._heads[tp] = await self.probe.head(tp)
