@@ -315,8 +315,16 @@ class WorkflowDefinition(BaseModel):
             return step.targets()
         if step.type == "router":
             return []
-        index = self.steps.index(step)
+        index = self._index[name]
         return [self.steps[index + 1].name] if index + 1 < len(self.steps) else []
+
+    @functools.cached_property
+    def _index(self) -> dict[str, int]:
+        # by name: `steps.index(step)` compared pydantic models field by field on every hop
+        index: dict[str, int] = {}
+        for i, s in enumerate(self.steps):
+            index.setdefault(s.name, i)  # a duplicate (refused by _graph): the first, as a scan
+        return index
 
     def _check_reachable_acyclic(self) -> None:
         seen: set[str] = set()
@@ -338,10 +346,7 @@ class WorkflowDefinition(BaseModel):
             raise ValueError(f"steps: unreachable steps {unreachable}")
 
     def step(self, name: str) -> Step:
-        for s in self.steps:
-            if s.name == name:
-                return s
-        raise KeyError(name)
+        return self.steps[self._index[name]]
 
     def next_step(self, name: str, context: Any = None) -> Step | None:
         """The step after `name` for a ticket with this context, or None after a router."""
