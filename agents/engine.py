@@ -203,6 +203,7 @@ class WorkflowEngine:
 
         async def run(stream: faust.StreamT) -> None:
             async for events in take_ready(stream, BATCH_MAX):
+                step_spans.refresh()
                 await process_isolated(what, batch, events, poisoned)
 
         agent = self.app.agent(
@@ -224,6 +225,7 @@ class WorkflowEngine:
 
         async def run(stream: faust.StreamT) -> None:
             async for event in stream.events():
+                step_spans.refresh()
                 await process_isolated(name, one, [event], poisoned)
 
         self.app.agent(_raw_topic(self.app, topic), name=name)(run)
@@ -282,7 +284,8 @@ class WorkflowEngine:
                 input_sha256=self.audit_digest(ticket.text),
                 started_at=utcnow(),
             )
-            step_spans.adopt(env, traceparent(msg.headers))
+            if step_spans.on:
+                step_spans.adopt(env, traceparent(msg.headers))
             self.emitter.record(env, step, StepStatus.ok, t0, detail=choice.reason)
             valid.append((event, env))
         # still on the partition the producer chose: no state until the first hop
@@ -296,7 +299,8 @@ class WorkflowEngine:
         for event in events:
             env = self._read(event, step)
             if env is not None and self._admit(event, env):
-                step_spans.adopt(env, traceparent(event.message.headers))
+                if step_spans.on:
+                    step_spans.adopt(env, traceparent(event.message.headers))
                 admitted.append((event, env))
         await self._run_from(step, admitted, keyed=True)
 
@@ -382,7 +386,8 @@ class WorkflowEngine:
             wait = retry_wait_s(env, delay_ms, utcnow())
             if wait > 0:
                 await asyncio.sleep(wait)
-            step_spans.adopt(env, traceparent(msg.headers))
+            if step_spans.on:
+                step_spans.adopt(env, traceparent(msg.headers))
             self.emitter.send(self.topics.step(env.step), env)
 
         return forward

@@ -49,7 +49,9 @@ def spans():
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     with mock.patch.object(trace, "_TRACER_PROVIDER", provider):
+        tracing.step_spans.refresh()  # what a worker does at each batch
         yield exporter
+    tracing.step_spans.refresh()
     provider.shutdown()
 
 
