@@ -735,9 +735,9 @@ class Campaign:
             }
         )
         name = f"chaos-{self.run_id}-r{index}-w{i}"
-        return Child(
-            name, ws, ["worker", "--loglevel", "warning"], lambda: services.worker_ready(ws)
-        )
+        # one process: a kill or freeze of the child is then one of a worker
+        args = ["worker", "--loglevel", "warning", "--processes", "1"]
+        return Child(name, ws, args, lambda: services.worker_ready(ws))
 
     def restore(self) -> None:
         """Every stack part we stopped is started again, every child of ours runs again."""

@@ -155,10 +155,19 @@ def worker(
             "(default: TICKETFLOW_WORKER_STEPS; empty: every step)"
         ),
     ] = None,
+    processes: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="worker processes in one consumer group, each exactly-once, supervised by "
+            "this one (default: the cores available)",
+        ),
+    ] = None,
 ) -> None:
     """Run a workflow worker (one Faust agent per step; `--steps` for some of them)."""
     from agents.pools import StepSetError
     from agents.worker import run_worker, worker_steps
+    from ticketflow.supervisor import cores_available
 
     settings = _settings()
     if steps is not None:
@@ -168,8 +177,46 @@ def worker(
     except StepSetError as exc:
         console.print(f"[red]worker refused:[/] {escape(str(exc))}")
         raise typer.Exit(2) from exc
+    processes = processes or cores_available()
+    if processes > 1:
+        raise typer.Exit(_supervise(settings, processes, loglevel, steps))
     sys.argv = [sys.argv[0], "worker"]  # Faust's worker parses argv
     run_worker(settings, loglevel=loglevel)
+
+
+def _supervise(settings: Settings, processes: int, loglevel: str, steps: str | None) -> int:
+    """`processes` children of `worker --processes 1`, until SIGTERM (ticketflow/supervisor.py)."""
+    from ticketflow.supervisor import Supervisor, child_port, worker_children
+
+    argv = [sys.executable, "-m", "ticketflow.cli", "worker", "--processes", "1"]
+    argv += ["--loglevel", loglevel, *(["--steps", steps] if steps is not None else [])]
+    base = settings.worker_web_port
+    children = worker_children(processes, argv, base, settings.worker_id)
+    ports = ", ".join(str(child_port(base, c.index)) for c in children)
+    console.print(f"worker: {processes} processes, web ports {ports}", highlight=False)
+    with _scraped(settings, [child_port(base, c.index) for c in children[1:]]):
+        return Supervisor(children).run()
+
+
+@contextlib.contextmanager
+def _scraped(settings: Settings, ports: list[int]):
+    """The local Prometheus scrapes the stack's worker's other children too (its static
+    target is the default port, child 0's); a test's or bench's worker is left alone."""
+    from ticketflow.stack import prometheus
+
+    default = Settings.model_fields["worker_web_port"].default
+    if settings.worker_web_port != default or settings.topic_prefix:
+        yield
+        return
+    paths = [
+        prometheus.register_target(settings, "worker", f"127.0.0.1:{p}", f"worker-p{p}")
+        for p in ports
+    ]
+    try:
+        yield
+    finally:
+        for path in paths:
+            prometheus.unregister_target(path)
 
 
 @app.command()

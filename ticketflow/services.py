@@ -93,8 +93,14 @@ def gateway_ready(settings: Settings) -> bool:
     return http_ok(settings.gateway_url.rstrip("/") + "/readyz")
 
 
-def worker_ready(settings: Settings) -> bool:
-    return http_ok(f"http://127.0.0.1:{settings.worker_web_port}/ready")
+def worker_ready(settings: Settings, processes: int = 1) -> bool:
+    """Every process of the worker answers /ready (ticketflow/supervisor.py's ports)."""
+    from ticketflow.supervisor import child_port
+
+    return all(
+        http_ok(f"http://127.0.0.1:{child_port(settings.worker_web_port, i)}/ready")
+        for i in range(processes)
+    )
 
 
 def start_gateway(settings: Settings, env: dict[str, str] | None = None) -> Service:
@@ -109,11 +115,14 @@ def start_worker(
     log_name: str = "worker",
     loglevel: str = "warning",
     steps: str | None = None,
+    processes: int = 1,
 ) -> Service:
-    """A worker of every step, or of `steps` only (the home worker's set, or a pool's)."""
-    args = ["worker", "--loglevel", loglevel, *(["--steps", steps] if steps is not None else [])]
+    """A worker of every step, or of `steps` only (the home worker's set, or a pool's), in
+    `processes` processes (one by default: a test's kill or freeze then hits the worker)."""
+    args = ["worker", "--loglevel", loglevel, "--processes", str(processes)]
+    args += ["--steps", steps] if steps is not None else []
     service = start("worker", args, settings, env, log_name=log_name)
-    wait_until(lambda: worker_ready(settings), service, 90, "serving")
+    wait_until(lambda: worker_ready(settings, processes), service, 90, "serving")
     return service
 
 
@@ -141,6 +150,10 @@ class AppPart:
         return f"http://127.0.0.1:{port}/ready"
 
     def ready(self, settings: Settings) -> bool:
+        if self.name == "worker":  # one process per core by default: all of them
+            from ticketflow.supervisor import cores_available
+
+            return worker_ready(settings, cores_available())
         return http_ok(self.ready_url(settings))
 
 
@@ -150,6 +163,7 @@ APP_PARTS: tuple[AppPart, ...] = (
     AppPart("gateway", ("gateway",), 60),
     AppPart("ingest", ("ingest",), 60),
     AppPart("features", ("features", "run", "--loglevel", "warning"), 120),
+    # a process per core (`--processes`' default), each a member of the one consumer group
     AppPart("worker", ("worker", "--loglevel", "warning"), 120),
 )
 

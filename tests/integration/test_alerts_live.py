@@ -110,7 +110,7 @@ def probing_worker(
         "TICKETFLOW_WORKER_WEB_PORT": str(port),
         "TICKETFLOW_REDIS_URL": second_redis.settings.redis_url.get_secret_value(),
     }
-    args = ["worker", "--loglevel", "warning"]
+    args = ["worker", "--loglevel", "warning", "--processes", "1"]
     service = services.start("worker", args, prom, env, log_name=f"worker-live-{RUN}")
     address = f"127.0.0.1:{port}"
     path = prometheus.register_target(prom, "worker", address, f"itlive-{RUN}")
