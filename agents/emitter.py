@@ -1,8 +1,13 @@
-"""Everything the steps write besides results: envelopes to the next step, audit records,
-decision-path entries and dead letters. All go through one producer, whose deliveries the
-commit barrier awaits before input offsets are committed.
+"""Everything the steps write besides results: envelopes to the next step, decision-path
+entries, the audit trail of a dead-lettered ticket, and dead letters. All go through one
+producer, whose deliveries the commit barrier awaits before input offsets are committed.
 
-Each audit record closes the ticket's span of that step (streams/tracing.py), and the
+A ticket's audit is written once, when it leaves the pipeline (`AuditTrail`): its steps'
+entries travel with it in the envelope's path, each with its end time and model version,
+so a record per step would only repeat them. The router writes a finished ticket's trail in
+the result's transaction; `audit_dead_letter` writes a dead-lettered one's.
+
+Each decision-path entry closes the ticket's span of that step (streams/tracing.py), and the
 ticket's next record carries that span as its `traceparent`, so the next step continues it.
 """
 
@@ -15,7 +20,7 @@ from typing import Any
 
 from agents import metrics
 from agents.records import header, traceparent
-from schemas.tickets import AuditRecord, DecisionStep, Envelope, ErrorClass, StepStatus
+from schemas.tickets import AuditOutcome, AuditTrail, DecisionStep, Envelope, ErrorClass, StepStatus
 from schemas.workflow import Step
 from streams.codecs import encode
 from streams.headers import (
@@ -57,9 +62,10 @@ class Emitter:
     def record(
         self, env: Envelope, step: Step, status: StepStatus, t0: float, detail: str | None = None
     ) -> DecisionStep:
-        """Add the step's entry to the ticket's decision path, and audit it."""
+        """Add the step's entry to the ticket's decision path (its audit, once it leaves)."""
         seconds = time.perf_counter() - t0
         metrics.STEP_DURATION.labels(step.name).observe(seconds)
+        pred = env.context.prediction
         # built by us from validated parts: no need to validate again (model_construct)
         entry = DecisionStep.model_construct(
             step=step.name,
@@ -67,31 +73,41 @@ class Emitter:
             attempt=env.attempt,
             latency_ms=round(seconds * 1000, 3),
             detail=detail,
+            at=utcnow(),
+            model_version=pred.model_version if pred else None,
         )
         env.path.append(entry)
-        self.audit(env, step, entry)
+        self.closed(env, step, entry)
         return entry
 
-    def audit(self, env: Envelope, step: Step, entry: DecisionStep) -> None:
+    @staticmethod
+    def closed(env: Envelope, step: Step, entry: DecisionStep) -> None:
+        """Close the ticket's span of `step` (a no-op with tracing off)."""
+        status = entry.status.value if isinstance(entry.status, StepStatus) else str(entry.status)
+        step_spans.finish(env, step.name, status, entry.latency_ms)
+
+    @staticmethod
+    def audit_trail(env: Envelope, outcome: AuditOutcome, route: str | None = None) -> bytes:
+        """The ticket's one audit record: its whole decision path so far."""
         pred = env.context.prediction
-        audit = AuditRecord.model_construct(
+        trail = AuditTrail.model_construct(
             ticket_id=env.ticket.ticket_id,
             trace_id=env.trace_id,
             workflow=env.workflow,
             workflow_version=env.workflow_version,
-            step=step.name,
-            outcome=entry.status,
-            attempt=entry.attempt,
-            latency_ms=entry.latency_ms,
             input_sha256=env.input_sha256,
+            outcome=outcome,
+            route=route,
             model_version=pred.model_version if pred else None,
-            detail=entry.detail,
-            # explicit: model_construct would inspect the default factory's signature per call
+            steps=env.path,
             at=utcnow(),
         )
-        self.producer.produce(self.topics.audit, env.ticket.ticket_id.encode(), encode(audit))
-        status = entry.status.value if isinstance(entry.status, StepStatus) else str(entry.status)
-        step_spans.finish(env, step.name, status, entry.latency_ms)
+        return encode(trail)
+
+    def audit_dead_letter(self, env: Envelope) -> None:
+        """A ticket dead-lettered by a step leaves the pipeline here: its trail goes now."""
+        value = self.audit_trail(env, "dead_lettered")
+        self.producer.produce(self.topics.audit, env.ticket.ticket_id.encode(), value)
 
     def dead_letter(
         self,

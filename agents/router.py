@@ -35,7 +35,14 @@ from agents.emitter import Emitter, utcnow
 from agents.spot_check import copy_records, state_fields
 from agents.state import TicketStates, new_state
 from agents.topology import Topology
-from schemas.tickets import Category, DecisionStep, Envelope, StepStatus, TicketResult
+from schemas.tickets import (
+    AuditOutcome,
+    Category,
+    DecisionStep,
+    Envelope,
+    StepStatus,
+    TicketResult,
+)
 from schemas.workflow import Step
 from streams.codecs import encode
 from streams.kafka_errors import kafka_error
@@ -164,6 +171,9 @@ class Router:
             headers = self.emitter.trace_headers(item.env)
             records.append((self.topics.out(route), tid, encode(item.result), headers, None))
             records.append((self.topics.completed, tid, route.encode(), [], partition))
+            # the ticket's one audit record, exactly once with its result
+            trail = self.emitter.audit_trail(item.env, _outcome(item.result), route)
+            records.append((self.topics.audit, tid, trail, [], None))
             # a sampled automatic decision: its copy for reviewers commits with it
             records.extend(copy_records(self.topics, item.env, item.result, headers))
         try:
@@ -194,7 +204,7 @@ class Router:
         fresh = new_state(
             env.ticket.ticket_id, env.arrival, env.trace_id, env.workflow, env.workflow_version
         )
-        if result.route == REVIEW_ROUTE:  # a person decides next (agents/review.py)
+        if _outcome(result) == "awaiting_review":  # a person decides next (agents/review.py)
             self.states.move(
                 item.event,
                 fresh,
@@ -205,14 +215,14 @@ class Router:
                 result=result.model_dump(mode="json"),
             )
         else:
-            status = "degraded" if result.degraded else "completed"
+            status = _outcome(result)
             extra = state_fields(env, result)  # a spot check keeps its result for the review
             self.states.move(
                 item.event, fresh, status, router, env.attempt, route=result.route, **extra
             )
         metrics.TICKETS.labels(result.route).inc()
         metrics.WORKFLOW_DURATION.observe(result.latency_ms / 1000)
-        self.emitter.audit(env, self.topology.step_of(env, router), env.path[-1])
+        self.emitter.closed(env, self.topology.step_of(env, router), env.path[-1])
 
     def _reset(self, partition: int) -> None:
         producer = self._txn.pop(partition, None)
@@ -274,6 +284,10 @@ class Router:
                 attempt=env.attempt,
                 latency_ms=latency,
                 detail=route,
+                at=utcnow(),
+                model_version=env.context.prediction.model_version
+                if env.context.prediction
+                else None,
             )
         )
         metrics.STEP_DURATION.labels(step.name).observe(latency / 1000)
@@ -295,6 +309,13 @@ class Router:
             workflow=env.workflow,
             workflow_version=env.workflow_version,
         )
+
+
+def _outcome(result: TicketResult) -> AuditOutcome:
+    """The ticket's status once its result is committed."""
+    if result.route == REVIEW_ROUTE:
+        return "awaiting_review"
+    return "degraded" if result.degraded else "completed"
 
 
 def _fenced(exc: KafkaException) -> bool:

@@ -12,7 +12,15 @@ from schemas.gateway import ErrorResponse, PredictRequest, PredictResponse
 from schemas.review import ReviewOutcome, SpotCheck
 from schemas.routing import RoutingConfig
 from schemas.selection import WorkflowSelector
-from schemas.tickets import AuditRecord, DriftReport, Envelope, ReviewDecision, Ticket, TicketResult
+from schemas.tickets import (
+    AuditRecord,
+    AuditTrail,
+    DriftReport,
+    Envelope,
+    ReviewDecision,
+    Ticket,
+    TicketResult,
+)
 from schemas.workflow import WorkflowDefinition
 
 EXPORTED: dict[str, type[BaseModel]] = {
@@ -23,6 +31,7 @@ EXPORTED: dict[str, type[BaseModel]] = {
     "SpotCheck": SpotCheck,
     "ReviewOutcome": ReviewOutcome,
     "AuditRecord": AuditRecord,
+    "AuditTrail": AuditTrail,
     "DriftReport": DriftReport,
     "RoutingConfig": RoutingConfig,
     "PredictRequest": PredictRequest,

@@ -88,6 +88,10 @@ class DecisionStep(BaseModel):
     attempt: int = Field(1, ge=1)
     latency_ms: float = Field(ge=0)
     detail: str | None = None
+    # when the step ended, and the model version the ticket carried then: what the ticket's
+    # audit trail reports for the step (None in entries written before the trail existed)
+    at: UtcDatetime | None = None
+    model_version: str | None = None
 
 
 class FeatureValue(BaseModel):
@@ -197,6 +201,48 @@ class AuditRecord(BaseModel):
     model_version: str | None = None
     detail: str | None = None
     at: UtcDatetime = Field(default_factory=utcnow)
+
+
+AuditOutcome = Literal["completed", "degraded", "awaiting_review", "dead_lettered"]
+
+
+class AuditTrail(BaseModel):
+    """A ticket's audit on `tickets.audit`, written once, when the ticket leaves the
+    pipeline (its result, in the result's transaction, or its dead letter): every step's
+    entry, as its decision path has them. Never the raw text, only its keyed digest."""
+
+    model_config = FINITE
+
+    ticket_id: TicketId
+    trace_id: str
+    workflow: str
+    workflow_version: int
+    input_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    outcome: AuditOutcome
+    route: str | None = None
+    model_version: str | None = None
+    steps: list[DecisionStep]
+    at: UtcDatetime
+
+    def records(self) -> list[AuditRecord]:
+        """One `AuditRecord` per step, as the topic carried them before the trail."""
+        return [
+            AuditRecord.model_construct(
+                ticket_id=self.ticket_id,
+                trace_id=self.trace_id,
+                workflow=self.workflow,
+                workflow_version=self.workflow_version,
+                step=s.step,
+                outcome=s.status,
+                attempt=s.attempt,
+                latency_ms=s.latency_ms,
+                input_sha256=self.input_sha256,
+                model_version=s.model_version,
+                detail=s.detail,
+                at=s.at or self.at,
+            )
+            for s in self.steps
+        ]
 
 
 class ErrorClass(str, Enum):

@@ -1,7 +1,8 @@
 """`ticketflow trace TICKET_ID`: one ticket's path as a waterfall, from `tickets.audit` alone.
 
-Every step a worker runs writes an `AuditRecord` (step, outcome, attempt, latency_ms, at,
-model_version, trace_id), keyed by ticket_id. The producers partition keys as the Java
+A ticket's audit is one `AuditTrail`, written when it leaves the pipeline, keyed by
+ticket_id: every step's entry (step, outcome, attempt, latency_ms, at, model_version), read
+here as one `AuditRecord` per step. The producers partition keys as the Java
 client does (murmur2, streams/producer.py), so the ticket's records are all on one partition
 of the audit topic, computed here: only that partition is read, from the offset of
 `--since` when given, to its end. No tracing backend is needed; the trace id printed is
@@ -26,7 +27,7 @@ from aiokafka.partitioner import murmur2
 from confluent_kafka import Consumer, TopicPartition
 from pydantic import ValidationError
 
-from schemas.tickets import AuditRecord, TicketResult
+from schemas.tickets import AuditRecord, AuditTrail, TicketResult
 from streams.kafka_config import confluent_config
 from streams.settings import Settings, get_settings
 from streams.topics import Topics
@@ -178,7 +179,7 @@ def result_line(result: TicketResult, width: int = WIDTH) -> str:
 
 # ---- reading one ticket's records ------------------------------------------------------------
 
-M = TypeVar("M", AuditRecord, TicketResult)
+M = TypeVar("M", AuditTrail, TicketResult)
 
 
 @dataclass
@@ -207,7 +208,8 @@ def read_audit(
     # the requests behind it on the connection: short, as each partition is read to its end
     c = consumer(confluent_config(settings), **{"fetch.wait.max.ms": 10})
     try:
-        records, partition, read = _read_keyed(c, topics.audit, key, since, AuditRecord, idle_s)
+        trails, partition, read = _read_keyed(c, topics.audit, key, since, AuditTrail, idle_s)
+        records = [r for trail in trails for r in trail.records()]
         found: list[TicketResult] = []
         if results:
             outs = sorted(

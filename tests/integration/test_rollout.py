@@ -211,9 +211,10 @@ def test_a_rollout_under_steady_traffic_loses_and_degrades_nothing(private: Priv
 
     # when each ticket's infer step ran, and on which version (its audit entry)
     inferred = {
-        a["ticket_id"]: (datetime.fromisoformat(a["at"]).timestamp(), a["model_version"])
+        a["ticket_id"]: (datetime.fromisoformat(e["at"]).timestamp(), e["model_version"])
         for a in (orjson.loads(m.value()) for m in records if m.topic() == topics.audit)
-        if a["step"] == "infer"
+        for e in a["steps"]
+        if e["step"] == "infer"
     }
     assert set(inferred) == set(ids), "a ticket's infer step left no audit entry"
     wrong = [r["ticket_id"] for r in results if inferred[r["ticket_id"]][1] != r["model_version"]]

@@ -5,13 +5,25 @@ from types import SimpleNamespace
 
 import orjson
 
+from agents.definition import load_definition
 from agents.emitter import Emitter
 from agents.review_agent import ReviewAgent
 from agents.state import TicketStates, new_state, transition
-from schemas.tickets import Category, ErrorClass, TicketResult
+from schemas.tickets import (
+    AuditTrail,
+    Category,
+    Envelope,
+    ErrorClass,
+    Prediction,
+    StepStatus,
+    Ticket,
+    TicketResult,
+)
+from streams.settings import Settings
 from streams.topics import Topics
 
 TOPICS = Topics("p.")
+DEFINITION = load_definition(Settings().workflow_file)
 
 
 class FakeProducer:
@@ -113,3 +125,44 @@ def test_an_unreadable_decision_is_dead_lettered_alone():
         review.handle(event(raw, key=key))
     assert [s[0] for s in producer.sent] == ["p.tickets.dlq"] * 3
     assert table == {}
+
+
+def test_a_tickets_audit_trail_is_its_decision_path_with_times_and_versions():
+    sent = []
+
+    class Sink:
+        def produce(self, topic, key, value, headers=None, partition=None):
+            sent.append((topic, key, value))
+
+    emitter = Emitter.__new__(Emitter)  # no producer thread: the sink records
+    emitter.producer, emitter.topics = Sink(), Topics("p.")
+    env = _trail_envelope()
+    clean = DEFINITION.step("clean")
+    emitter.record(env, clean, StepStatus.ok, 0.0)
+    env.context.prediction = Prediction(
+        category="billing", confidence=0.9, model_name="m", model_version="v1"
+    )
+    emitter.record(env, DEFINITION.step("infer"), StepStatus.ok, 0.0)
+    emitter.audit_dead_letter(env)
+    [(topic, key, value)] = sent
+    assert (topic, key) == ("p.tickets.audit", b"t-9")
+    trail = AuditTrail.model_validate_json(value)  # strictly valid, though constructed
+    assert trail.outcome == "dead_lettered" and trail.model_version == "v1"
+    records = trail.records()
+    assert [(r.step, r.model_version) for r in records] == [("clean", None), ("infer", "v1")]
+    assert all(r.at is not None and r.input_sha256 == "0" * 64 for r in records)
+    assert records[0].at <= records[1].at <= trail.at
+
+
+def _trail_envelope() -> Envelope:
+    now = datetime.now(timezone.utc)
+    return Envelope(
+        ticket=Ticket(ticket_id="t-9", text="x", created_at=now),
+        workflow=DEFINITION.name,
+        workflow_version=DEFINITION.version,
+        step="clean",
+        trace_id="a" * 32,
+        arrival="0:1",
+        input_sha256="0" * 64,
+        started_at=now,
+    )

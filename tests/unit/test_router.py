@@ -77,8 +77,12 @@ class FakeEmitter:
     def trace_headers(env):
         return []
 
-    def audit(self, env, step, entry):
+    def audit_trail(self, env, outcome, route=None):
         self.audited += 1
+        return f"{env.ticket.ticket_id}:{outcome}".encode()
+
+    def closed(self, env, step, entry):
+        pass
 
 
 class FakeStates:
@@ -133,6 +137,9 @@ def test_result_and_ledger_entry_commit_together_once(monkeypatch):
     assert sorted(rec[1] for rec in outs) == [b"a", b"b"]
     assert sorted(rec[1] for rec in ledger) == [b"a", b"b"]
     assert all(rec[4] == 0 for rec in ledger)  # the ledger partition is the input's
+    # each ticket's one audit trail commits in the same transaction as its result
+    trails = [rec for rec in records if rec[0] == TOPICS.audit]
+    assert sorted(rec[2] for rec in trails) == [b"a:awaiting_review", b"b:awaiting_review"]
     assert FakeTxn.instances[0].id == "app-route-0"
     assert sorted(t for t, _ in states.moves) == ["a", "b"]
 
@@ -143,7 +150,7 @@ def test_a_failed_transaction_keeps_its_results_for_a_new_producer(monkeypatch):
     route(r, [item("a")])
     assert FakeTxn.instances[0].closed
     committed = [rec[1] for t in FakeTxn.instances for c in t.commits for rec in c]
-    assert committed.count(b"a") == 2  # its result and its ledger entry, once
+    assert committed.count(b"a") == 3  # its result, its ledger entry and its audit, once
 
 
 def test_a_fenced_partition_is_left_to_its_new_owner(monkeypatch):

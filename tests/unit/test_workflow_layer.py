@@ -38,6 +38,10 @@ class FakeEmitter:
         self.recorded: list[tuple] = []
         self.sent: list[tuple] = []
         self.dead: list[tuple] = []
+        self.trails: list[str] = []
+
+    def audit_dead_letter(self, env):
+        self.trails.append(env.ticket.ticket_id)
 
     def record(self, env, step, status, t0, detail=None):
         self.recorded.append((step.name, status))
@@ -132,6 +136,8 @@ def test_a_dead_letter_writes_the_state_only_on_a_keyed_topic():
     assert states.moves == [] and emitter.dead == [("clean", ErrorClass.INTERNAL)]
     assert not r.apply(step, None, envelope("clean"), outcome, 0.0, keyed=True)
     assert states.moves == [("dead_lettered", "clean")]
+    # the ticket leaves the pipeline: its one audit trail goes with each dead letter
+    assert emitter.trails == ["t-1", "t-1"]
 
 
 def test_ok_and_degraded_go_on_and_are_recorded():
