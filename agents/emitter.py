@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -51,9 +52,15 @@ class Emitter:
         configure("ticketflow-worker")
 
     def send(self, topic: str, env: Envelope) -> None:
-        self.producer.produce(
-            topic, env.ticket.ticket_id.encode(), encode(env), self.trace_headers(env)
-        )
+        self.send_many([(topic, env)])
+
+    def send_many(self, outgoing: Sequence[tuple[str, Envelope]]) -> None:
+        """Each (topic, envelope) to its topic, in one hand-off to the producer."""
+        if outgoing:
+            self.producer.produce_many(
+                (topic, env.ticket.ticket_id.encode(), encode(env), self.trace_headers(env), None)
+                for topic, env in outgoing
+            )
 
     def trace_headers(self, env: Envelope) -> list[tuple[str, bytes]]:
         parent = step_spans.traceparent(env) or child_traceparent(env.trace_id)

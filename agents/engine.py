@@ -350,6 +350,7 @@ class WorkflowEngine:
                 continue
             going_on = its if ran else await self.runner.run(current, its, keyed)
             fused: dict[str, list[Item]] = defaultdict(list)
+            outgoing: list[tuple[str, Envelope]] = []
             for event, env in going_on:
                 hop = self.topology.hop(env, current.name)
                 env.step, env.attempt, env.not_before = hop.step.name, 1, None
@@ -358,7 +359,8 @@ class WorkflowEngine:
                     continue
                 if keyed:
                     self.states.move(event, fresh_state(env), "running", hop.step.name)
-                self.emitter.send(self.topics.step(hop.step.name), env)
+                outgoing.append((self.topics.step(hop.step.name), env))
+            self.emitter.send_many(outgoing)  # the batch's envelopes in one hand-off
             for name, group in fused.items():
                 work.append((self.topology.step_of(group[0][1], name), group, False))
 

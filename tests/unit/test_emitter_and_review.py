@@ -33,6 +33,10 @@ class FakeProducer:
     def produce(self, topic, key, value, headers=None, partition=None):
         self.sent.append((topic, key, value, dict(headers or [])))
 
+    def produce_many(self, records):
+        for topic, key, value, headers, partition in records:
+            self.produce(topic, key, value, headers, partition)
+
 
 def event(value: bytes, headers=None, key: bytes | None = b"t-1"):
     message = SimpleNamespace(

@@ -65,6 +65,10 @@ class FakeProducer:
     def headers_to(self, topic: str) -> list[dict]:
         return [h for t, _, _, h in self.sent if t == topic]
 
+    def produce_many(self, records):
+        for topic, key, value, headers, partition in records:
+            self.produce(topic, key, value, headers, partition)
+
 
 class FakeStates:
     def at(self, event):

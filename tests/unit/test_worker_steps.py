@@ -170,6 +170,10 @@ class FakeProducer:
     def produce(self, topic, key, value, headers=None, partition=None):
         self.sent.append((topic, key, value))
 
+    def produce_many(self, records):
+        for topic, key, value, headers, partition in records:
+            self.produce(topic, key, value, headers, partition)
+
 
 class FakeEmitter:
     def __init__(self) -> None:
