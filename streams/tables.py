@@ -19,11 +19,21 @@ processed again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import faust
+import orjson
+from faust.utils.json import on_default
 
 _DELETED = object()
+# what Faust's "json" codec writes (faust.utils.json.dumps), byte for byte, without its
+# per-record codec lookup and topic preparation (about 7 -> 1.5 µs for a key and a value)
+_JSON_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_UTC_Z
+
+
+def _json(obj: Any) -> bytes:
+    return orjson.dumps(obj, default=on_default, option=_JSON_OPTIONS)
 
 
 class Produce(Protocol):
@@ -73,10 +83,18 @@ class WriteBehindTable(faust.Table):
         pending, self._dirty = self._dirty, {}
         topic = self.changelog_topic
         name = topic.get_topic_name()
+        key_of, value_of = self._serializers(topic)
         for (partition, key), value in pending.items():
-            raw_key, _ = topic.prepare_key(key, self.key_serializer)
-            raw_value = None
-            if value is not _DELETED:
-                raw_value, _ = topic.prepare_value(value, self.value_serializer)
-            self._sink.produce(name, raw_key, raw_value, None, partition)
+            raw_value = None if value is _DELETED else value_of(value)
+            self._sink.produce(name, key_of(key), raw_value, None, partition)
         return len(pending)
+
+    def _serializers(self, topic: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+        """(key, value) -> bytes as the changelog topic would prepare them."""
+        plain = self.key_type is None and self.value_type is None
+        if plain and self.key_serializer == "json" and self.value_serializer == "json":
+            return _json, _json
+        return (
+            lambda key: topic.prepare_key(key, self.key_serializer)[0],
+            lambda value: topic.prepare_value(value, self.value_serializer)[0],
+        )

@@ -64,3 +64,23 @@ def test_flushing_without_a_sink_is_a_clear_error(table):
     table["1-a"] = {"n": 1}
     with pytest.raises(RuntimeError, match="write_through"):
         table.flush_changelog()
+
+
+def test_changelog_records_are_byte_for_byte_what_faust_writes(table):
+    # compaction keeps one record per key only if every writer encodes the key alike
+    class Raw:
+        def __init__(self) -> None:
+            self.records: list[tuple] = []
+
+        def produce(self, topic, key, value, headers=None, partition=None) -> None:
+            self.records.append((key, value))
+
+    sink = Raw()
+    table.write_through(sink)
+    state = {"ticket_id": "1-é", "history": [["infer", "running", 1]], "n": {1: 2.5}}
+    table["1-é"] = state
+    table.flush_changelog()
+    topic = table.changelog_topic
+    [(key, value)] = sink.records
+    assert key == topic.prepare_key("1-é", table.key_serializer)[0]
+    assert value == topic.prepare_value(state, table.value_serializer)[0]
