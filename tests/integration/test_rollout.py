@@ -211,7 +211,7 @@ def test_a_rollout_under_steady_traffic_loses_and_degrades_nothing(private: Priv
 
     # when each ticket's infer step ran, and on which version (its audit entry)
     inferred = {
-        a["ticket_id"]: (datetime.fromisoformat(e["at"]).timestamp(), e["model_version"])
+        a["ticket_id"]: (e["at_ms"] / 1000, e["model_version"])
         for a in (orjson.loads(m.value()) for m in records if m.topic() == topics.audit)
         for e in a["steps"]
         if e["step"] == "infer"
