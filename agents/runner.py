@@ -21,6 +21,7 @@ from agents.outcome import DEGRADABLE, DeadLetter, Degraded, Ok, Retry, StepOutc
 from agents.records import traceparent
 from agents.state import States, new_state
 from agents.steps.handlers import Handler, degrade, remaining_ms
+from agents.steps.rules import audit_detail
 from agents.topology import Topology
 from inference_gateway.tracing import caller_spans
 from schemas.tickets import Envelope, ErrorClass, StepStatus
@@ -111,7 +112,10 @@ class StepRunner:
         self.states.at(event)
         match outcome:
             case Ok():
-                self.emitter.record(env, step, StepStatus.ok, t0)
+                # the rule step's decision and its reason (the intent head's version, digest
+                # and score among it) go into the decision path and the audit (issue 24)
+                detail = audit_detail(env.context.rule) if step.type == "rule_engine" else None
+                self.emitter.record(env, step, StepStatus.ok, t0, detail=detail)
                 return True
             case Degraded():
                 self.emitter.record(env, step, StepStatus.degraded, t0)

@@ -141,6 +141,9 @@ class Step(BaseModel):
     # rule_engine (`refund_intent`): the model's after_sales probability at or above this
     # sends the ticket to after_sales even without a refund word; None: words only
     after_sales_threshold: float | None = Field(None, ge=0.0, le=1.0)
+    # rule_engine (`refund_intent`): the refund-intent head's uncertain band [low, high):
+    # at or above high, after_sales; inside, manual_review; None: no head, the probability
+    intent_band: tuple[float, float] | None = None
     # rule_engine (`sample`): the share of automatic decisions copied to reviewers as spot
     # checks, chosen by ticket_id (a replay samples the same tickets); 0 samples none
     sample_share: float = Field(0.0, ge=0.0, le=1.0)

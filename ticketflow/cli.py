@@ -24,7 +24,7 @@ from ingest import cli as ingest_cli
 from streams.kafka_config import confluent_config
 from streams.settings import Settings, get_settings
 from streams.topics import Topics
-from ticketflow import eval_after_sales, evaluate, model_cli, review_cli
+from ticketflow import eval_after_sales, eval_decisions, evaluate, model_cli, review_cli
 
 if TYPE_CHECKING:
     from ticketflow.replay import Report
@@ -549,6 +549,7 @@ app.add_typer(ingest_cli.limits_app, name="limits")
 app.add_typer(model_cli.model_app, name="model")  # ticketflow/model_cli.py
 app.add_typer(eval_after_sales.app, name="eval")  # offline evaluations (eval after-sales)
 eval_after_sales.app.command("models")(evaluate.models)  # ticketflow/evaluate.py
+eval_after_sales.app.command("decisions")(eval_decisions.decisions)  # ticketflow/eval_decisions.py
 
 
 @bench_app.command("pipeline")

@@ -23,6 +23,8 @@ import numpy as np
 import typer
 
 from agents.steps.clean import clean_text
+from agents.steps.refund_intent import WEIGHTS as INTENT_WEIGHTS
+from agents.steps.refund_intent import IntentHead, read_head
 from agents.steps.rules import RuleInput, apply_rules
 from inference_gateway.cache import normalize_text
 from schemas.tickets import CATEGORIES, Category, Context, Prediction, RuleOutcome
@@ -92,6 +94,12 @@ def rules_step(path: Path = WORKFLOW) -> Step:
     return steps[0]
 
 
+def load_definition_steps(path: Path = WORKFLOW) -> list[Step]:
+    from agents.definition import load_definition
+
+    return list(load_definition(path).steps)
+
+
 def v1_scorer(version_dir: Path) -> Scorer:
     """Version 1 as its model.py serves it: weights.npz scored by the featurizer."""
     from inference_gateway.model import featurize
@@ -128,28 +136,73 @@ def scorer(version: str, model_dir: Path = MODEL_DIR) -> Scorer:
     return SCORERS[version](model_dir / version[1:])
 
 
-def decide(texts: Sequence[str], score: Scorer, step: Step, version: str) -> list[RuleOutcome]:
-    """The workflow's decisions: clean -> (gateway normalisation) -> model -> rules."""
+def cascade_scorer(below: float, model_dir: Path = MODEL_DIR) -> Scorer:
+    """The cascade as the workflow runs it: v1, and v2 where v1's confidence is below
+    `below`; `.versions` holds, after each call, which version answered each row."""
+    first, then = scorer("v1", model_dir), scorer("v2", model_dir)
+
+    def score(texts: Sequence[str]) -> np.ndarray:
+        proba = np.array(first(texts))
+        ask = np.flatnonzero(proba.max(axis=1) < below)
+        if len(ask):
+            proba[ask] = then([texts[i] for i in ask])
+        score.versions = ["v2" if i in set(ask) else "v1" for i in range(len(texts))]
+        return proba
+
+    score.versions = []
+    return score
+
+
+def intent_head(path: Path | None = None) -> IntentHead | None:
+    """The refund-intent head on disk (or at `path`), read afresh: None where not built."""
+    path = path or INTENT_WEIGHTS
+    return read_head(path) if path.exists() else None
+
+
+def decide(
+    texts: Sequence[str],
+    score: Scorer,
+    step: Step,
+    version: str,
+    head: IntentHead | None = None,
+) -> list[RuleOutcome]:
+    """The workflow's decisions: clean -> (gateway normalisation) -> model -> rules (with the
+    refund-intent head where the step has an `intent_band`)."""
     cleaned = [clean_text(t) or t for t in texts]
     proba = score([normalize_text(t) for t in cleaned])
-    return [_rules(text, row, step, version) for text, row in zip(cleaned, proba, strict=True)]
+    versions = getattr(score, "versions", None) or [version] * len(texts)
+    if head is None and step.intent_band is not None:
+        head = intent_head()
+    return [
+        _rules(text, row, step, v, head)
+        for text, row, v in zip(cleaned, proba, versions, strict=True)
+    ]
 
 
-def _rules(text: str, row: np.ndarray, step: Step, version: str) -> RuleOutcome:
+def prediction(row: np.ndarray, version: str) -> Prediction:
     best = int(row.argmax())
-    prediction = Prediction(
+    return Prediction(
         category=CATEGORIES[best],
         confidence=float(row[best]),
         scores=dict(zip(CATEGORIES, map(float, row), strict=True)),
         model_name="ticket_classifier",
         model_version=version,
     )
-    context = Context(clean_text=text, prediction=prediction)
+
+
+def _rules(
+    text: str, row: np.ndarray, step: Step, version: str, head: IntentHead | None = None
+) -> RuleOutcome:
+    pred = prediction(row, version)
+    context = Context(clean_text=text, prediction=pred)
+    intent = head.score(text, pred) if head is not None else None
     data = RuleInput(
         text=text,
         context=context,
         threshold=step.threshold,
         after_sales_threshold=step.after_sales_threshold,
+        intent=intent,
+        intent_band=step.intent_band if head is not None else None,
     )
     return apply_rules(step.rules, data)
 

@@ -19,6 +19,7 @@ from agents.errors import BadRecord, RetryableError
 from agents.steps.cascade import run_cascade
 from agents.steps.clean import clean_text
 from agents.steps.record import Record
+from agents.steps.refund_intent import load_head
 from agents.steps.rules import RULES, RuleInput, apply_rules
 from feature_jobs.reader import OnlineFeatureReader
 from inference_gateway.client import GatewayClient
@@ -73,6 +74,10 @@ class FeatureLookupStep(Handler):
 class RuleEngineStep(Handler):
     async def run(self, env: Envelope, step: Step) -> None:
         text = env.context.clean_text or env.ticket.text
+        band = step.intent_band
+        head = load_head() if band is not None else None
+        pred = env.context.prediction
+        intent = head.score(text, pred) if head and pred and not env.context.degraded else None
         data = RuleInput(
             text,
             env.context,
@@ -80,6 +85,8 @@ class RuleEngineStep(Handler):
             step.after_sales_threshold,
             ticket_id=env.ticket.ticket_id,
             sample_share=step.sample_share,
+            intent=intent,
+            intent_band=band,
         )
         env.context.rule = apply_rules(step.rules, data)
 

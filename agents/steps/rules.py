@@ -6,8 +6,9 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agents.steps.refund_words import asks_for_refund, rules_out_refund
-from schemas.tickets import Category, Context, RuleOutcome
+from agents.steps.refund_intent import IntentScore
+from agents.steps.refund_words import asks_for_refund
+from schemas.tickets import Category, Context, Prediction, RuleOutcome
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,10 @@ class RuleInput:
     # for `sample`: whose decision it is, and the step's `sample_share`
     ticket_id: str = ""
     sample_share: float = 0.0
+    # the refund-intent head's score of this ticket (agents/steps/refund_intent.py), and the
+    # step's `intent_band`: at or above its top, after_sales; inside it, manual_review
+    intent: IntentScore | None = None
+    intent_band: tuple[float, float] | None = None
 
 
 # A rule returns the route it decides, or None to let the next rule decide.
@@ -34,24 +39,57 @@ def refund_check(data: RuleInput) -> RuleOutcome | None:
 
 
 def refund_intent(data: RuleInput) -> RuleOutcome | None:
-    """The words, or the model's after_sales probability at the step's threshold: a request
-    phrased without any refund word ("it broke after two days, I want my money") still
-    reaches after_sales. Words win whatever the model says, and without a prediction."""
-    if asks_for_refund(data.text):
-        return _after_sales("refund_intent", "refund or return request")
-    pred, threshold = data.context.prediction, data.after_sales_threshold
-    if pred is None or data.context.degraded or threshold is None:
+    """The refund-intent head decides the route; the category stays the model's (it is
+    after_sales only where the model ranks after_sales first). A score inside the step's
+    `intent_band`, or a model and a head that disagree, goes to people with both scores.
+    Without a prediction (a degraded ticket) the refund words are the fallback."""
+    pred = data.context.prediction
+    if pred is None or data.context.degraded:
+        if asks_for_refund(data.text):
+            return _after_sales("refund_intent", "refund or return words (no prediction)")
         return None
-    # A customer who rules a refund or return out ("I'm not asking for a refund, I need the
-    # invoice", "thinking of buying one") is believed unless the model ranks after_sales
-    # first: the model reads the refund word, not its negation (v1 gave such tickets
-    # 0.3-0.8 while ranking another category first)
-    if rules_out_refund(data.text) and pred.category != Category.after_sales:
-        return None
-    p = pred.scores.get(Category.after_sales.value, 0.0)
-    if p >= threshold:
-        return _after_sales("refund_intent", f"after_sales probability {p:.2f} >= {threshold}")
+    if data.intent is None or data.intent_band is None:
+        return _by_probability(pred, data.after_sales_threshold)
+    low, high = data.intent_band
+    s = data.intent.score
+    first = pred.category == Category.after_sales
+    scores = (
+        f"intent {s:.2f} ({data.intent.model}), after_sales {_p(pred):.2f} "
+        f"({pred.model_name} {pred.model_version})"
+    )
+    if s >= high:
+        return _route("after_sales", pred, "refund_intent", f"refund intent >= {high}: {scores}")
+    if s >= low:
+        reason = f"refund intent uncertain ({low} <= score < {high}): {scores}"
+        return _route("manual_review", pred, "refund_intent_uncertain", reason)
+    if first:
+        reason = f"the model ranks after_sales first, the intent head reads no request: {scores}"
+        return _route("manual_review", pred, "refund_intent_disagree", reason)
     return None
+
+
+def _p(pred: Prediction) -> float:
+    return pred.scores.get(Category.after_sales.value, 0.0)
+
+
+def _by_probability(pred: Prediction, threshold: float | None) -> RuleOutcome | None:
+    """Without an intent head (never built): the model's after_sales probability."""
+    if threshold is None or _p(pred) < threshold:
+        return None
+    reason = f"after_sales probability {_p(pred):.2f} >= {threshold} (no intent head)"
+    return _route("after_sales", pred, "refund_intent", reason)
+
+
+def _route(route: str, pred: Prediction, rule: str, reason: str) -> RuleOutcome:
+    return RuleOutcome(route=route, category=pred.category, fired=[rule], reason=reason)
+
+
+def audit_detail(rule: RuleOutcome | None) -> str | None:
+    """The rule step's entry in the decision path and the audit: what fired, and why (the
+    intent head's version, digest and score among it)."""
+    if rule is None or not rule.fired:
+        return None
+    return f"{','.join(rule.fired)}: {rule.reason}" if rule.reason else ",".join(rule.fired)
 
 
 def _after_sales(rule: str, reason: str) -> RuleOutcome:

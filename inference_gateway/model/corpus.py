@@ -21,7 +21,7 @@ from pathlib import Path
 
 from schemas.tickets import CATEGORIES
 
-from . import phrases_en, phrases_zh, slots
+from . import hard_negatives, phrases_en, phrases_zh, slots
 
 LANGUAGES = ("en", "zh", "mixed")
 _LANG_WEIGHTS = (0.42, 0.40, 0.18)
@@ -91,6 +91,9 @@ def _ensure_mixed(text: str, base: str, rng: random.Random) -> str:
 
 def _problem(category: str, base: str, rng: random.Random) -> tuple[str, str]:
     """The main issue, and the class whose details and asks should follow it."""
+    hard = hard_negatives.BANKS[base].get(category)
+    if hard and rng.random() < hard_negatives.P_HARD:
+        return rng.choice(hard), category
     pools = [(pair, p) for pair, p in _BANKS[base].AMBIGUOUS.items() if category in pair]
     if pools and rng.random() < _P_AMBIGUOUS:
         pair, pool = rng.choice(pools)

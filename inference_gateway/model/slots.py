@@ -274,6 +274,12 @@ def _tracking(rng: random.Random, lang: str) -> str:
     return prefix + _digits(rng, rng.randint(9, 13))
 
 
+def _model_code(rng: random.Random, lang: str) -> str:
+    """A product's model code ("TX-200", "KT90"): no category of its own (issue 24)."""
+    letters = "".join(rng.choice(string.ascii_uppercase) for _ in range(rng.randint(1, 3)))
+    return letters + rng.choice(["-", "", " "]) + str(rng.randint(2, 9999))
+
+
 FILLERS: dict[str, Callable[[random.Random, str], str]] = {
     "order": _order,
     "amount": _amount,
@@ -297,6 +303,7 @@ FILLERS: dict[str, Callable[[random.Random, str], str]] = {
     "n": lambda rng, lang: str(rng.randint(1, 30)),
     "txn": lambda rng, lang: "TXN" + _digits(rng, 10),
     "rma": lambda rng, lang: "RMA-" + _digits(rng, 6),
+    "model": _model_code,
 }
 
 _SLOT = re.compile(r"\{(\w+)\}")

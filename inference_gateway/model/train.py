@@ -42,6 +42,7 @@ DEFAULT_OUT = MODEL_DIR / "1"
 V2_OUT = MODEL_DIR / "2"
 SOURCES = [HERE / f for f in ("corpus.py", "featurize.py", "phrases_en.py", "phrases_zh.py")]
 SOURCES += [HERE / "slots.py", HERE / "train.py", HERE / "handwritten.py"]
+SOURCES.append(HERE / "hard_negatives.py")
 # version 2 is built from the corpus and these (featurize.py is v1's, but cheap to include)
 V2_SOURCES = [*SOURCES, HERE / "e5_export.py", HERE / "e5_tokenizer.py", HERE / "e5_runtime.py"]
 V2_SOURCES.append(HERE / "triton_v2.py")
@@ -353,6 +354,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"v2: {out / 'head.npz'} is up to date; --force to retrain")
         else:
             _summary(2, train_v2(out, args.n, args.seed), out)
+    if args.version == "all" and args.out_dir is None:
+        # the refund-intent head, stacked on the versions just built (intent.py)
+        from . import intent
+
+        intent.main(["--force"] if args.force else [])
     return 0
 
 

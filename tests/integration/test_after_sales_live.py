@@ -35,7 +35,9 @@ def _tickets(cases: list[ev.Case], tag: str) -> list[dict]:
 
 
 def _offline_routes(cases: list[ev.Case]) -> dict[str, str]:
-    outcomes = ev.decide([c.text for c in cases], ev.scorer("v1"), ev.rules_step(), "v1")
+    infer = next(s for s in ev.load_definition_steps() if s.type == "inference_call")
+    score = ev.cascade_scorer(infer.cascade.below) if infer.cascade else ev.scorer("v1")
+    outcomes = ev.decide([c.text for c in cases], score, ev.rules_step(), "v1")
     return {c.id: o.route for c, o in zip(cases, outcomes, strict=True)}
 
 
@@ -67,11 +69,8 @@ def test_every_request_of_blind2_reaches_after_sales(settings, worker):
 
     assert not [why(c) for c in cases if results[c.id]["degraded"]], "degraded tickets"
     requests = [c for c in cases if c.route == "after_sales"]
-    missed = [
-        why(c)
-        for c in requests
-        if (results[c.id]["route"], results[c.id]["category"]) != ("after_sales", "after_sales")
-    ]
+    # the route is the intent head's; the category stays the model's (issue 24)
+    missed = [why(c) for c in requests if results[c.id]["route"] != "after_sales"]
     assert not missed, missed
     others = [c for c in cases if c.route != "after_sales"]
     wrongly = [why(c) for c in others if results[c.id]["route"] == "after_sales"]

@@ -1,6 +1,7 @@
 import pytest
 
-from agents.steps.rules import RuleInput, apply_rules
+from agents.steps.refund_intent import IntentScore
+from agents.steps.rules import RuleInput, apply_rules, audit_detail
 from schemas.tickets import Category, Context, Prediction
 
 RULES = ["refund_check", "score_threshold"]
@@ -61,9 +62,10 @@ def test_refund_beats_degradation():
     assert apply_rules(RULES, RuleInput("退款", ctx(degraded=True), 0.5)).route == "after_sales"
 
 
-# ---- refund_intent: the words, or the model's after_sales probability ------------------------
+# ---- refund_intent: the intent head decides the route, the category stays the model's -------
 
 INTENT = ["refund_intent", "score_threshold"]
+BAND = (0.3, 0.6)
 
 
 def scored(after_sales: float, top: str = "technical", top_p: float = 0.6, degraded=False):
@@ -75,72 +77,70 @@ def scored(after_sales: float, top: str = "technical", top_p: float = 0.6, degra
     return Context(prediction=pred, degraded=degraded, degraded_reason="late" if degraded else None)
 
 
-def intent(text, context, after_sales_threshold=0.25):
-    return apply_rules(INTENT, RuleInput(text, context, 0.5, after_sales_threshold))
+def intent(text, context, score=None, after_sales_threshold=0.25, band=BAND):
+    head = IntentScore(score, "refund_intent/1@abc") if score is not None else None
+    data = RuleInput(
+        text, context, 0.5, after_sales_threshold, intent=head, intent_band=band if head else None
+    )
+    return apply_rules(INTENT, data)
 
 
-def test_refund_intent_sends_a_probable_request_without_refund_words():
-    out = intent("this thing broke after two days, sort it out", scored(0.3, "billing"))
+def test_a_confident_intent_routes_to_after_sales_and_keeps_the_models_category():
+    out = intent("you billed me twice, put it back on my card", scored(0.3, "billing"), 0.9)
     assert (out.route, out.category, out.fired) == (
         "after_sales",
-        Category.after_sales,
+        Category.billing,
         ["refund_intent"],
     )
-    assert "0.30" in out.reason
+    # both scores and the head's version in the reason (the audit detail)
+    assert "0.90" in out.reason and "0.30" in out.reason and "refund_intent/1@abc" in out.reason
+    assert audit_detail(out).startswith("refund_intent: ")
+    out = intent("broken, refund", scored(0.7, "after_sales", 0.7), 0.95)
+    assert (out.route, out.category) == ("after_sales", Category.after_sales)
 
 
-def test_refund_intent_below_the_threshold_leaves_the_model_its_decision():
-    out = intent("the app crashes on start", scored(0.24, "technical", 0.7))
+def test_an_uncertain_intent_goes_to_people_with_both_scores():
+    out = intent("what is this", scored(0.2, "general", 0.7), 0.45)
+    assert (out.route, out.category, out.fired) == (
+        "manual_review",
+        Category.general,
+        ["refund_intent_uncertain"],
+    )
+    assert "0.45" in out.reason and "0.20" in out.reason
+
+
+def test_a_low_intent_leaves_the_model_its_decision():
+    out = intent("the app crashes on start", scored(0.24, "technical", 0.7), 0.05)
     assert (out.route, out.category) == ("auto_classify", Category.technical)
 
 
-def test_refund_intent_without_a_threshold_is_the_words_alone():
-    assert intent("it broke, what now", scored(0.9, "after_sales", 0.9), None).route == (
+def test_a_model_that_ranks_after_sales_first_against_the_head_goes_to_people():
+    # the product name alone: the model's after_sales is not believed over the head
+    out = intent("model TX-200", scored(0.63, "after_sales", 0.63), 0.05)
+    assert (out.route, out.fired) == ("manual_review", ["refund_intent_disagree"])
+
+
+def test_without_a_head_the_models_probability_decides_but_not_the_category():
+    out = intent("it broke, sort it out", scored(0.3, "billing", 0.6))
+    assert (out.route, out.category) == ("after_sales", Category.billing)
+    assert intent("the app crashes", scored(0.2, "technical", 0.7)).route == "auto_classify"
+    assert intent("I want a refund", scored(0.0, "billing", 0.9), None, None).route == (
         "auto_classify"
     )
-    assert intent("I want a refund", scored(0.0), None).route == "after_sales"
 
 
-def test_refund_intent_words_win_over_the_model_and_degradation():
-    assert intent("我要退款", scored(0.01, "billing", 0.99)).route == "after_sales"
+def test_the_words_are_the_fallback_of_a_degraded_ticket_only():
     assert intent("我要退款", ctx(degraded=True)).route == "after_sales"
-
-
-def test_refund_intent_ignores_the_probability_of_a_degraded_ticket():
-    out = intent("it broke", scored(0.9, "after_sales", 0.9, degraded=True))
+    # with a prediction the words alone do not decide
+    assert intent("我要退款", scored(0.01, "billing", 0.99), 0.05).route == "auto_classify"
+    out = intent("it broke", scored(0.9, "after_sales", 0.9, degraded=True), 0.99)
     assert out.route == "manual_review" and out.fired == ["degraded"]
 
 
-def test_refund_intent_declined_words_do_not_fire_but_the_model_still_may():
-    # words declined: the rule's word half is silent; a low probability keeps the model's
-    out = intent("I don't want to return it, how do I pair it?", scored(0.1, "technical", 0.8))
-    assert out.route == "auto_classify"
-    # a replacement asked for without a refund word: the probability decides
-    out = intent("I do NOT want a refund, the unit is faulty", scored(0.7, "after_sales", 0.7))
-    assert out.route == "after_sales"
-
-
-def test_refund_intent_a_declined_refund_needs_after_sales_first():
-    # the customer says no refund and asks for something else: the model's 0.6 is the
-    # refund word it read, while it ranks billing first
-    text = "不是要退款，我就想问一下发票怎么开"
-    out = intent(text, scored(0.3, "billing", 0.6))
-    assert (out.route, out.category) == ("auto_classify", Category.billing)
-    # the model ranks after_sales first: it decides, at the usual threshold
-    out = intent(text, scored(0.6, "after_sales", 0.6))
-    assert out.route == "after_sales" and out.fired == ["refund_intent"]
-    # 不退不换 declines both at once
-    out = intent("不退不换，就想知道怎么安装", scored(0.4, "technical", 0.55))
-    assert out.route == "auto_classify"
-    # a fault reported with the refund declined: another remedy is wanted, the usual threshold
-    out = intent("I don't want a refund, it stopped working", scored(0.3, "technical", 0.6))
-    assert out.route == "after_sales"
-
-
-async def test_the_rules_step_takes_the_threshold_from_its_definition():
+async def test_the_rules_step_scores_the_intent_when_its_definition_has_a_band(monkeypatch):
     from datetime import datetime, timezone
 
-    from agents.steps.handlers import RuleEngineStep
+    from agents.steps import handlers
     from schemas.tickets import Envelope, Ticket
     from schemas.workflow import Step
 
@@ -155,13 +155,24 @@ async def test_the_rules_step_takes_the_threshold_from_its_definition():
             arrival="0:1",
             started_at=now,
         )
-        e.context.prediction = scored(0.3, "technical", 0.6).prediction
+        e.context.prediction = scored(0.1, "technical", 0.6).prediction
         return e
 
-    step = Step(name="rules", type="rule_engine", rules=INTENT, after_sales_threshold=0.25)
+    class Head:
+        def score(self, text, pred):
+            assert pred.model_version == "v1" and "broke" in text
+            return IntentScore(0.8, "refund_intent/1@fake")
+
+    monkeypatch.setattr(handlers, "load_head", lambda: Head())
+    step = Step(name="rules", type="rule_engine", rules=INTENT, intent_band=BAND)
     e = env()
-    await RuleEngineStep().run(e, step)
-    assert e.context.rule.route == "after_sales"
+    await handlers.RuleEngineStep().run(e, step)
+    assert (e.context.rule.route, e.context.rule.category) == ("after_sales", Category.technical)
     e = env()
-    await RuleEngineStep().run(e, step.model_copy(update={"after_sales_threshold": 0.35}))
+    await handlers.RuleEngineStep().run(e, step.model_copy(update={"intent_band": (0.7, 0.9)}))
+    assert e.context.rule.route == "manual_review"
+    # no band: no head, the model's probability at after_sales_threshold
+    e = env()
+    no_band = step.model_copy(update={"intent_band": None, "after_sales_threshold": 0.25})
+    await handlers.RuleEngineStep().run(e, no_band)
     assert e.context.rule.route == "auto_classify"
