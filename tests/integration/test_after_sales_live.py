@@ -1,9 +1,10 @@
 """Issue 14 part 5, live: the blind2 hand-written set through the real pipeline.
 
 A stock Kafka client publishes each ticket of tests/fixtures/after_sales_blind2.jsonl; the
-session worker (default workflow) classifies it through the gateway and Triton. Every
-refund, return or exchange request must come out on the after_sales topic, categorised
-after_sales; of what reaches after_sales, at least 90 % must be such requests; and every
+session worker (default workflow) classifies it through the gateway and Triton. No
+refund, return or exchange request may be auto-classified (after_sales, or manual_review in
+the intent head's uncertain band; at most 10 % to people); of what reaches after_sales,
+at least 90 % must be such requests; and every
 ticket must take the route the in-process evaluation (`ticketflow eval after-sales`, the
 weights on disk) gives it. A difference there means Triton serves other weights than the
 files: restart it after a retrain.
@@ -69,9 +70,12 @@ def test_every_request_of_blind2_reaches_after_sales(settings, worker):
 
     assert not [why(c) for c in cases if results[c.id]["degraded"]], "degraded tickets"
     requests = [c for c in cases if c.route == "after_sales"]
-    # the route is the intent head's; the category stays the model's (issue 24)
-    missed = [why(c) for c in requests if results[c.id]["route"] != "after_sales"]
+    # the route is the intent head's; the category stays the model's (issue 24). A request
+    # in the head's uncertain band goes to people, not lost; none is auto-classified
+    missed = [why(c) for c in requests if results[c.id]["route"] == "auto_classify"]
     assert not missed, missed
+    to_people = [why(c) for c in cases if results[c.id]["route"] == "manual_review"]
+    assert len(to_people) <= 0.1 * len(cases), to_people
     others = [c for c in cases if c.route != "after_sales"]
     wrongly = [why(c) for c in others if results[c.id]["route"] == "after_sales"]
     precision = len(requests) / (len(requests) + len(wrongly))
