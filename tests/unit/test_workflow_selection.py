@@ -268,7 +268,8 @@ def test_vip_and_chat_keep_the_default_workflows_rules():
     vip = current["ticket_classify_vip"].step("rules")
     assert chat.model_dump() == default.model_dump()
     assert vip.rules == [r for r in default.rules if r != "sample"]
-    assert (vip.threshold, vip.after_sales_threshold) == (
+    assert (vip.threshold, vip.after_sales_threshold, vip.intent_band) == (
         default.threshold,
         default.after_sales_threshold,
+        default.intent_band,
     )
