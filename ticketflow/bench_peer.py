@@ -235,7 +235,7 @@ def build_app(args: argparse.Namespace) -> Any:
         processing_guarantee="exactly-once",
         # the worker's commit cadence: under exactly-once a hop's output is visible to the
         # next hop only once committed, so quix's 5 s default would be 5 s a hop
-        commit_interval=settings.commit_interval_s,
+        commit_interval=args.commit_interval or settings.commit_interval_s,
         state_dir=args.state_dir,
         loglevel="WARNING",
     )
@@ -272,6 +272,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m ticketflow.bench_peer")
     parser.add_argument("--group", required=True, help="the consumer group (and state scope)")
     parser.add_argument("--state-dir", required=True, help="where quix keeps its RocksDB stores")
+    parser.add_argument(
+        "--commit-interval", type=float, default=None, help="seconds (default: the worker's)"
+    )
     parser.add_argument("topics", nargs=len(STEPS) + 1, help="tickets, five step topics, results")
     build_app(parser.parse_args(argv)).run()  # until SIGTERM
 

@@ -56,6 +56,8 @@ from ticketflow.services import Service
 console = Console()
 HOPS = 6  # validate, clean, features, infer, rules, route
 LOADS = (0.25, 0.5, 0.75)
+LOW_RATE = 5.0  # tickets/s: the idle-stack latency, before the loads relative to the burst
+PEER_COMMITS = (1.0, 0.1)  # s: today's worker cadence, and Kafka Streams' exactly-once default
 WARM_UP = 200  # tickets through each variant before its measurements
 BREAKDOWN_LOAD = 0.5  # the load whose results give the per-step breakdown
 BETWEEN = "between steps"
@@ -79,6 +81,8 @@ class Variant:
     cpu_ms_per_ticket: float | None = None
     # a ticketflow worker's mean hop between two steps, split where it is measured
     hop_ms: dict[str, float] = field(default_factory=dict)
+    # the report's name for it in ratios (a, b, c, c2, d, e, e0.1); empty: by position
+    key: str = ""
 
 
 def _tickets(n: int, run: str) -> list[tuple[bytes, bytes]]:
@@ -217,6 +221,9 @@ async def _measure(
     if cpu is not None and values:
         variant.cpu_ms_per_ticket = round(cpu_s * 1000 / len(values), 3)
     progress.update(task, description=f"{variant.name}: {rate:.0f}/s max", completed=1, total=1)
+    count = int(LOW_RATE * 10)  # 10 s at an idle rate
+    _, lat, _, _ = await _run_load(settings, source, sinks, _tickets(count, f"{run}-low"), LOW_RATE)
+    variant.latency_ms[f"{LOW_RATE:g}/s"] = {"offered_per_s": LOW_RATE, **_percentiles(lat)}
     for load in LOADS:
         offered = max(1.0, rate * load)
         count = max(50, int(offered * 8))  # about 8 s of traffic
@@ -306,15 +313,22 @@ async def _in_process(
 # ---- the whole benchmark ---------------------------------------------------------------------
 
 
-async def _bench(settings: Settings, n: int, out_dir: Path) -> tuple[list[Variant], dict]:
-    """Every variant's figures, and why any was skipped."""
+async def _bench(
+    settings: Settings,
+    n: int,
+    out_dir: Path,
+    processes: tuple[int, ...] = (1,),
+    recovery: bool = True,
+) -> tuple[list[Variant], dict]:
+    """Every variant's figures, and why any was skipped: (c) once per process count in
+    `processes` (c2 for two), (e) at each of PEER_COMMITS."""
     run = uuid.uuid4().hex[:6]
     raw = [f"bench-{run}.raw.{i}" for i in range(HOPS + 1)]
     naive_in, naive_out = f"bench-{run}.naive.in", f"bench-{run}.naive.out"
     ensure_topics(settings, {t: {} for t in [*raw, naive_in, naive_out]})
     a, b = Variant("raw relay (a)"), Variant("naive (b)")
-    c, d = Variant("ticketflow (c)"), Variant("ticketflow fused (d)")
-    e = Variant("quix-streams EOS (e)")
+    d = Variant("ticketflow fused (d)", key="d")
+    cs = {k: Variant(_c_name(k), key="c" if k == 1 else f"c{k}") for k in processes}
     naive_n = max(200, n // 5)  # the naive consumer is slow: a smaller burst says as much
     skipped: dict[str, str] = {}
     try:
@@ -333,14 +347,20 @@ async def _bench(settings: Settings, n: int, out_dir: Path) -> tuple[list[Varian
                     settings, b, naive_in, [naive_out], naive_n, run, progress, cpu
                 ),
             )
-            await _ticketflow(settings, c, settings.workflow_file, f"{run}c", n, progress)
+            for k, c in cs.items():
+                wf = settings.workflow_file
+                await _ticketflow(settings, c, wf, f"{run}c{k}", n, progress, k, recovery)
             fused = fused_definition(settings.workflow_file, out_dir)
-            await _ticketflow(settings, d, fused, f"{run}d", n, progress)
-            if (why := await _peer(settings, e, run, n, progress)) is None:
-                variants = [a, b, c, d, e]
-            else:
-                skipped["e"] = why
-                variants = [a, b, c, d]
+            await _ticketflow(settings, d, fused, f"{run}d", n, progress, 1, recovery)
+            variants = [a, b, *cs.values(), d]
+            for commit in PEER_COMMITS:
+                key = "e" if commit == settings.commit_interval_s else f"e{commit:g}"
+                e = Variant(f"quix-streams EOS (e) commit {commit:g} s", key=key)
+                why = await _peer(settings, e, f"{run}{key.replace('.', '')}", n, progress, commit)
+                if why is None:
+                    variants.append(e)
+                else:
+                    skipped[key] = why
     finally:  # a broker with hundreds of leftover partitions is slower for every later run
         delete_prefixed(settings, f"bench-{run}", f"bench-{run}")
         delete_prefixed(settings, f"changelog__bench-{run}", f"bench-{run}")
@@ -348,7 +368,12 @@ async def _bench(settings: Settings, n: int, out_dir: Path) -> tuple[list[Varian
 
 
 async def _peer(
-    settings: Settings, variant: Variant, run: str, n: int, progress: Progress
+    settings: Settings,
+    variant: Variant,
+    run: str,
+    n: int,
+    progress: Progress,
+    commit_interval_s: float | None = None,
 ) -> str | None:
     """(e), the quix-streams peer in its own venv: None when measured, else why not.
 
@@ -362,7 +387,10 @@ async def _peer(
     ensure_topics(settings, {t: {} for t in topics})
     state_dir = settings.state_dir / f"bench-peer-{run}"
     # quix names its changelog topics after the group: `changelog__<group>--<topic>--default`
-    args = [PEER, "--group", f"bench-{run}e", "--state-dir", str(state_dir), *topics]
+    args = [PEER, "--group", f"bench-{run}e", "--state-dir", str(state_dir)]
+    if commit_interval_s is not None:
+        args += ["--commit-interval", str(commit_interval_s)]
+    args += topics
     peer = _spawn(settings, PEER_PYTHON, args, f"bench-e-{run}")
     try:
         values = await _in_process(
@@ -393,10 +421,22 @@ def fused_definition(path: Path, out_dir: Path) -> Path:
     return fused
 
 
+def _c_name(processes: int) -> str:
+    return "ticketflow (c)" if processes == 1 else f"ticketflow (c) x{processes} processes"
+
+
 async def _ticketflow(
-    settings: Settings, variant: Variant, workflow: Path, run: str, n: int, progress: Progress
+    settings: Settings,
+    variant: Variant,
+    workflow: Path,
+    run: str,
+    n: int,
+    progress: Progress,
+    processes: int = 1,
+    recovery: bool = True,
 ) -> None:
-    """Throughput, latency and SIGKILL recovery of a worker running `workflow`."""
+    """Throughput, latency and (one process, `recovery`) SIGKILL recovery of a worker
+    running `workflow` in `processes` processes (CPU: the supervisor and its children)."""
     topics = Topics(f"bench-{run}.")
     port = services.free_port()
     env = {
@@ -413,7 +453,9 @@ async def _ticketflow(
             "worker_id": "bench-1",
         }
     )
-    worker = services.start_worker(worker_settings, env, log_name=f"bench-worker-{run}")
+    worker = services.start_worker(
+        worker_settings, env, log_name=f"bench-worker-{run}", processes=processes
+    )
     outs = [topics.out(r) for r in ("auto_classify", "manual_review", "after_sales")]
     pid = worker.process.pid
     try:
@@ -429,12 +471,15 @@ async def _ticketflow(
             lambda: _worker_metrics(port),
         )
         rate = variant.max_per_s * 0.5
+        if processes > 1 or not recovery:
+            successors = {}
         # the successor restarts under the killed worker's id (static membership), then
         # under none: it waits for the dead member's session to time out
-        successors = {
-            "same_worker_id": env,
-            "new_worker": {**env, "TICKETFLOW_WORKER_ID": ""},
-        }
+        else:
+            successors = {
+                "same_worker_id": env,
+                "new_worker": {**env, "TICKETFLOW_WORKER_ID": ""},
+            }
         for kind, successor_env in successors.items():
             task = progress.add_task(f"{variant.name}: SIGKILL, {kind}", total=None)
             worker, variant.recovery[kind] = await _recovery(
@@ -557,7 +602,12 @@ def _step_breakdown(values: list[bytes]) -> dict[str, float]:
     return {s: round(statistics.mean(v), 3) for s, v in per_step.items()}
 
 
-def bench_pipeline(tickets: int = 2000, out: Path = Path("bench/results")) -> None:
+def bench_pipeline(
+    tickets: int = 2000,
+    out: Path = Path("bench/results"),
+    processes: tuple[int, ...] = (1,),
+    recovery: bool = True,
+) -> None:
     """Raw Kafka relay vs naive consumer vs ticketflow vs quix-streams: throughput, CPU,
     latency, steps."""
     from streams.settings import get_settings
@@ -567,7 +617,7 @@ def bench_pipeline(tickets: int = 2000, out: Path = Path("bench/results")) -> No
     stack.up(settings)
     gateway = None if services.gateway_ready(settings) else services.start_gateway(settings)
     try:
-        variants, skipped = asyncio.run(_bench(settings, tickets, out))
+        variants, skipped = asyncio.run(_bench(settings, tickets, out, processes, recovery))
     finally:
         if gateway is not None:
             gateway.stop()
@@ -579,12 +629,18 @@ def _ratio(x: float | None, y: float | None) -> float | None:
 
 
 def _ratios(by: dict[str, Variant], figure: Callable[[Variant], float | None]) -> dict:
-    """c and d over a, b and e (None where the other variant has no figure)."""
-    return {
+    """c and d (and c2, two processes) over a, b and the peers e (at the worker's commit
+    interval) and e0.1 (None where the other variant has no figure)."""
+    xs = [x for x in ("c", "d", "c2") if x in by]
+    ys = ["a", "b", "e", *(y for y in by if y.startswith("e") and y != "e")]
+    out = {
         f"{x}_over_{y}": _ratio(figure(by[x]), figure(by[y]) if y in by else None)
-        for x in "cd"
-        for y in "abe"
+        for x in xs
+        for y in ys
     }
+    if "c2" in by:
+        out["c2_over_c"] = _ratio(figure(by["c2"]), figure(by["c"]))
+    return out
 
 
 def _cpu_cell(v: Variant) -> str:
@@ -593,13 +649,13 @@ def _cpu_cell(v: Variant) -> str:
 
 def _report(variants: list[Variant], out: Path, skipped: dict[str, str] | None = None) -> None:
     """Table, ratios, JSON and plot; `variants` are (a) to (d), and (e) unless `skipped`."""
-    by = dict(zip("abcde", variants, strict=False))
-    loads = (f"p50/p99 @{int(x * 100)}%" for x in LOADS)
-    table = Table("variant", "max/s", "CPU ms/ticket", *loads)
+    by = {v.key or k: v for k, v in zip("abcde", variants, strict=False)}
+    by.update({v.key: v for v in variants[5:] if v.key})
+    keys = list(dict.fromkeys(k for v in variants for k in v.latency_ms))
+    table = Table("variant", "max/s", "CPU ms/ticket", *(f"p50/p99 @{k}" for k in keys))
     for v in variants:
-        cells = [
-            f"{v.latency_ms[k]['p50']:.0f}/{v.latency_ms[k]['p99']:.0f} ms" for k in v.latency_ms
-        ]
+        at = {k: v.latency_ms.get(k) for k in keys}
+        cells = [f"{x['p50']:.0f}/{x['p99']:.0f} ms" if x else "-" for x in at.values()]
         table.add_row(v.name, f"{v.max_per_s:.0f}", _cpu_cell(v), *cells)
     console.print(table)
     console.print(f"CPU ms/ticket: {CPU_NOTE}")
@@ -688,6 +744,8 @@ def _cpu_bars(ax: Any, variants: list[Variant]) -> None:
 
 def _bars(ax: Any, variants: list[Variant], series: Callable[[Variant], dict]) -> None:
     """Grouped bars: one group per key of any variant's `series`, one bar per variant."""
+    if not variants:  # e.g. no recovery measured (--quick)
+        return
     width = 0.8 / len(variants)
     keys = list(dict.fromkeys(k for v in variants for k in series(v)))
     for i, v in enumerate(variants):

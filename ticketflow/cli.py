@@ -556,11 +556,24 @@ eval_after_sales.app.command("decisions")(eval_decisions.decisions)  # ticketflo
 def bench_pipeline(
     tickets: Annotated[int, typer.Option(help="tickets in each throughput burst")] = 2000,
     out: Annotated[Path, typer.Option(help="where the JSON and PNG go")] = Path("bench/results"),
+    processes: Annotated[
+        str, typer.Option(help="worker process counts of (c), comma-separated, e.g. 1,2")
+    ] = "1",
+    quick: Annotated[
+        bool, typer.Option(help="CI's short run: 300-ticket bursts, no SIGKILL recovery")
+    ] = False,
 ) -> None:
-    """Raw Kafka relay vs a naive consumer vs ticketflow: throughput, latency, per step."""
+    """Raw Kafka relay vs a naive consumer vs ticketflow vs quix-streams: throughput, CPU,
+    latency against load, per step."""
     from ticketflow.bench_pipeline import bench_pipeline as run
 
-    run(tickets, out)
+    try:
+        counts = tuple(int(x) for x in processes.split(",") if x.strip())
+    except ValueError as exc:
+        raise typer.BadParameter("--processes takes counts like 1,2") from exc
+    if not counts or min(counts) < 1:
+        raise typer.BadParameter("--processes takes counts like 1,2")
+    run(300 if quick else tickets, out, counts, recovery=not quick)
 
 
 @app.command()

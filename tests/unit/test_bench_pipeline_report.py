@@ -180,3 +180,27 @@ def test_the_hop_split_is_the_mean_hop_between_two_scrapes():
 def test_no_hop_between_two_scrapes_is_not_a_number():
     same = hop_metrics(fetched=(1.0, 100), delivered=(2.0, 100))
     assert all(math.isnan(x) for x in hop_split(same, same).values())
+
+
+def test_two_processes_and_both_peer_cadences_get_ratios_and_the_low_rate_a_column(
+    tmp_path, capsys
+):
+    c, c2 = variant("ticketflow (c)", 300.0, 400.0, cpu_ms=2.0), variant("c x2", 420.0, 300.0)
+    c.key, c2.key = "c", "c2"
+    c.latency_ms["5/s"] = {"offered_per_s": 5.0, "p50": 45.0, "p95": 90.0, "p99": 100.0}
+    e1, e01 = variant("quix 1 s", 150.0, 2000.0, cpu_ms=1.0), variant("quix 0.1 s", 100.0, 900.0)
+    e1.key, e01.key = "e", "e0.1"
+    variants = [
+        variant("raw relay (a)", 3000.0, 50.0),
+        variant("naive (b)", 100.0, 20.0),
+        c,
+        c2,
+        variant("ticketflow fused (d)", 600.0, 300.0),
+        e1,
+        e01,
+    ]
+    _report(variants, tmp_path)
+    ratios = json.loads((tmp_path / "pipeline.json").read_text())["ratios"]
+    assert ratios["c2_over_c"] == 1.4 and ratios["c_over_e"] == 2.0
+    assert ratios["c_over_e0.1"] == 3.0 and ratios["c2_over_a"] == 0.14
+    assert "5/s" in capsys.readouterr().out.replace("\n", "")
