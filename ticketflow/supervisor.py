@@ -55,11 +55,7 @@ def child_worker_id(worker_id: str | None, index: int) -> str | None:
 
 def child_env(base_port: int, worker_id: str | None, index: int) -> dict[str, str]:
     """The settings that tell child `index` apart from its siblings."""
-    env = {
-        "TICKETFLOW_WORKER_WEB_PORT": str(child_port(base_port, index)),
-        # read by nothing in the worker today; there for logs and for a per-process id
-        "TICKETFLOW_WORKER_PROCESS": str(index),
-    }
+    env = {"TICKETFLOW_WORKER_WEB_PORT": str(child_port(base_port, index))}
     wid = child_worker_id(worker_id, index)
     env["TICKETFLOW_WORKER_ID"] = wid or ""  # empty is unset (env_ignore_empty)
     return env
