@@ -3,7 +3,6 @@
 ticketflow features            run the streaming feature jobs (also `features run`)
 ticketflow features describe   the views, their signatures and what the store holds
 ticketflow features drift --now  one drift check per view, printed and published
-ticketflow bench features      `bench_features`: job updates/s vs redis-benchmark, reads
 """
 
 from __future__ import annotations
@@ -351,38 +350,3 @@ def _show_last_reports(s: Settings, names: list[str]) -> None:
             typer.echo(last[n].decode())
     if not shown:
         console.print("no drift reports yet; run `ticketflow features drift --now`")
-
-
-def bench_features(
-    events: Annotated[int, typer.Option(help="tickets the feature job consumes a run")] = 40_000,
-    entities: Annotated[int, typer.Option(help="distinct users among them")] = 5_000,
-    reads: Annotated[int, typer.Option(help="online reads per latency series")] = 5_000,
-    benchmark_requests: Annotated[
-        int, typer.Option(help="requests of the redis-benchmark run")
-    ] = 100_000,
-    repeats: Annotated[
-        int, typer.Option(help="job runs, each between two redis-benchmark runs", min=1, max=9)
-    ] = 3,
-    workers: Annotated[
-        int, typer.Option(help="feature job processes (one consumer group)", min=1, max=8)
-    ] = 1,
-    out: Annotated[Path, typer.Option(help="where the JSON and the PNG go")] = Path(
-        "bench/results"
-    ),
-) -> None:
-    """Feature job updates/s vs redis-benchmark on the same script; online read p99."""
-    from feature_jobs.bench import run_bench
-
-    result = run_bench(
-        events=events,
-        entities=entities,
-        reads=reads,
-        benchmark_requests=benchmark_requests,
-        workers=workers,
-        repeats=repeats,
-        out=out,
-        echo=console.print,
-    )
-    typer.echo(json.dumps(result["summary"], indent=2))
-    if not result["summary"]["targets_met"]:
-        raise typer.Exit(1)

@@ -2,7 +2,6 @@
 
     config_app       `ticketflow config get|set|validate|route-test`: the routing config on the
                      compacted topic TICKETFLOW_TOPIC_PREFIX + "config.routing"
-    bench_gateway    `ticketflow bench gateway`: the gateway benchmark (inference_gateway.bench)
 
 `config validate` here handles routing configs (JSON); `ticketflow.cli` keeps the workflow
 definitions (YAML) and hands JSON files to `validate_routing_file`.
@@ -247,41 +246,3 @@ def config_route_test(
     for input_id in ids:
         table.add_row(Text(input_id), str(bucket_of(input_id)), pick_version(config, input_id))
     console.print(table)
-
-
-def bench_gateway(
-    concurrency: Annotated[
-        str, typer.Option(help="closed-loop concurrencies, comma-separated")
-    ] = "1,4,16,64",
-    seconds: Annotated[float, typer.Option(help="measured seconds per point")] = 8.0,
-    warmup: Annotated[float, typer.Option(help="warm-up seconds per point")] = 1.5,
-    version: Annotated[str, typer.Option(help="model version to load")] = "v2",
-    max_batch_size: Annotated[int, typer.Option(help="gateway batch size in mode (b)")] = 32,
-    max_queue_delay_us: Annotated[int, typer.Option(help="gateway batch wait in (b)")] = 2000,
-    adaptive_delay: Annotated[
-        bool, typer.Option("--adaptive-delay/--fixed-delay", help="batch wait mode in (b)")
-    ] = True,
-    out: Annotated[Path, typer.Option(help="folder for gateway.json and gateway.png")] = Path(
-        "bench/results"
-    ),
-    modes: Annotated[str, typer.Option(help="which of a,b,c to run")] = "a,b,c",
-) -> None:
-    """Closed-loop load on the gateway: (a) batching off, (b) on, (c) Triton direct."""
-    from inference_gateway import bench
-
-    levels = [int(c) for c in concurrency.split(",") if c.strip()]
-    result = bench.run(
-        bench.BenchSettings(
-            concurrency=levels,
-            seconds=seconds,
-            warmup_s=warmup,
-            version=version,
-            max_batch_size=max_batch_size,
-            max_queue_delay_us=max_queue_delay_us,
-            adaptive_delay=adaptive_delay,
-            out_dir=out,
-            modes=[m.strip() for m in modes.split(",") if m.strip()],
-        ),
-        console=console,
-    )
-    bench.print_summary(result, console)

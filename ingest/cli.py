@@ -3,7 +3,6 @@
 ingest          `ticketflow ingest`: run the HTTP ingest service
 keys_app        `ticketflow keys create|list|revoke`: API keys in Redis
 limits_app      `ticketflow limits get|set`: the token buckets, changed at runtime
-bench_ingest    `ticketflow bench ingest` (ticketflow.bench_ingest)
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import orjson
@@ -198,15 +196,3 @@ def limits_set(
         err.print(f"[red]{exc}[/]")
         raise typer.Exit(1) from exc
     console.print(f"{who}: " + ("own limit removed" if clear else f"{rate}/s, burst {burst}"))
-
-
-def bench_ingest(
-    singles: Annotated[int, typer.Option(help="single-ticket posts in the throughput run")] = 3000,
-    batches: Annotated[int, typer.Option(help="batches of 100 in the throughput run")] = 60,
-    concurrency: Annotated[int, typer.Option(help="requests in flight")] = 32,
-    out: Annotated[Path, typer.Option(help="where the JSON and PNG go")] = Path("bench/results"),
-) -> None:
-    """Ingest vs a bare confluent-kafka producer: tickets/s and p50/p99, singles and batches."""
-    from ticketflow.bench_ingest import bench_ingest as run
-
-    run(singles, batches, concurrency, out)

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from benchmarks.cli import bench_app
 from feature_jobs import cli as features_cli
 from inference_gateway import cli as gateway_cli
 from ingest import cli as ingest_cli
@@ -534,13 +535,7 @@ config_app.command("route-test")(gateway_cli.config_route_test)
 # feature views, their job and drift checks (feature_jobs/cli.py)
 app.add_typer(features_cli.features_app, name="features")
 
-bench_app = typer.Typer(
-    help="Benchmarks, each measured in one run on this machine.", no_args_is_help=True
-)
-app.add_typer(bench_app, name="bench")
-bench_app.command("gateway")(gateway_cli.bench_gateway)
-bench_app.command("features")(features_cli.bench_features)
-bench_app.command("ingest")(ingest_cli.bench_ingest)
+app.add_typer(bench_app, name="bench")  # benchmarks/cli.py
 
 # the HTTP access layer: the service, its API keys and its rate limits (ingest/cli.py)
 app.command("ingest")(ingest_cli.ingest)
@@ -550,30 +545,6 @@ app.add_typer(model_cli.model_app, name="model")  # ticketflow/model_cli.py
 app.add_typer(eval_after_sales.app, name="eval")  # offline evaluations (eval after-sales)
 eval_after_sales.app.command("models")(evaluate.models)  # ticketflow/evaluate.py
 eval_after_sales.app.command("decisions")(eval_decisions.decisions)  # ticketflow/eval_decisions.py
-
-
-@bench_app.command("pipeline")
-def bench_pipeline(
-    tickets: Annotated[int, typer.Option(help="tickets in each throughput burst")] = 2000,
-    out: Annotated[Path, typer.Option(help="where the JSON and PNG go")] = Path("bench/results"),
-    processes: Annotated[
-        str, typer.Option(help="worker process counts of (c), comma-separated, e.g. 1,2")
-    ] = "1",
-    quick: Annotated[
-        bool, typer.Option(help="CI's short run: 300-ticket bursts, no SIGKILL recovery")
-    ] = False,
-) -> None:
-    """Raw Kafka relay vs a naive consumer vs ticketflow vs quix-streams: throughput, CPU,
-    latency against load, per step."""
-    from ticketflow.bench_pipeline import bench_pipeline as run
-
-    try:
-        counts = tuple(int(x) for x in processes.split(",") if x.strip())
-    except ValueError as exc:
-        raise typer.BadParameter("--processes takes counts like 1,2") from exc
-    if not counts or min(counts) < 1:
-        raise typer.BadParameter("--processes takes counts like 1,2")
-    run(300 if quick else tickets, out, counts, recovery=not quick)
 
 
 @app.command()

@@ -15,12 +15,12 @@ from pathlib import Path
 import orjson
 import pytest
 
+from benchmarks.pipeline import fused_definition
 from streams.admin import topic_size
 from streams.settings import Settings
 from streams.topics import Topics
 from tests.integration.kafka_helpers import ROUTES, Collector, publish, tickets, trace_keys
 from ticketflow import services, stack
-from ticketflow.bench_pipeline import fused_definition
 
 pytestmark = pytest.mark.integration
 

@@ -5,8 +5,8 @@ import orjson
 import pytest
 
 from agents.errors import BadRecord
+from benchmarks import peer
 from schemas.tickets import TicketResult
-from ticketflow import bench_peer as peer
 
 FEATURES = {"tickets_1h": {"value": 3, "is_fallback": False}}
 

@@ -10,7 +10,7 @@ import time
 
 import orjson
 
-from ticketflow.bench_pipeline import (
+from benchmarks.pipeline import (
     BETWEEN,
     Variant,
     _report,

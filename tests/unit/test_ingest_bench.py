@@ -9,7 +9,7 @@ import orjson
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from ticketflow.bench_ingest import (
+from benchmarks.ingest import (
     BATCH,
     Connection,
     Figure,

@@ -8,7 +8,7 @@
 (d) the same with step fusion: [validate, clean] and [features, infer, rules, route] each
     carried by one agent (the workflow definition's `fuse`), two hops instead of six;
 (e) the peer: the same six steps written idiomatically in quix-streams, exactly-once on
-    (`ticketflow.bench_peer`, run from its own venv, `.venv-peer`: `make peer` builds it;
+    (`benchmarks.peer`, run from its own venv, `.venv-peer`: `make peer` builds it;
     skipped, saying so, where it is missing).
 
 For each: sustained throughput (a burst, first publish to last result) and the CPU per ticket
@@ -61,8 +61,8 @@ PEER_COMMITS = (1.0, 0.1)  # s: today's worker cadence, and Kafka Streams' exact
 WARM_UP = 200  # tickets through each variant before its measurements
 BREAKDOWN_LOAD = 0.5  # the load whose results give the per-step breakdown
 BETWEEN = "between steps"
-VARIANTS = "ticketflow.bench_variants"  # (a) and (b), each run in a process of its own
-PEER = "ticketflow.bench_peer"  # (e), run by the peer venv's python
+VARIANTS = "benchmarks.variants"  # (a) and (b), each run in a process of its own
+PEER = "benchmarks.peer"  # (e), run by the peer venv's python
 PEER_PYTHON = REPO_ROOT / ".venv-peer" / "bin" / "python"
 CPU_NOTE = (
     "user+sys CPU of the variant's own process(es) over the max-throughput burst, per ticket "

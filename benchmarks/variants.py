@@ -1,8 +1,8 @@
 """Variants (a) and (b) of `ticketflow bench pipeline`, each in a process of its own so that
 the benchmark reads their CPU time apart from its own producer and results consumer:
 
-    python -m ticketflow.bench_variants relay T0 T1 ... T6     (a) the raw relay chain
-    python -m ticketflow.bench_variants naive SOURCE SINK      (b) the naive single function
+    python -m benchmarks.variants relay T0 T1 ... T6     (a) the raw relay chain
+    python -m benchmarks.variants naive SOURCE SINK      (b) the naive single function
 
 Both run until SIGTERM. Settings come from the environment, as the worker's do.
 """
@@ -117,7 +117,7 @@ async def _until_sigterm(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m ticketflow.bench_variants")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.variants")
     parser.add_argument("variant", choices=["relay", "naive"])
     parser.add_argument("topics", nargs="+", help="relay: the chain's topics; naive: in, out")
     args = parser.parse_args(argv)

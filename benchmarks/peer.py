@@ -1,7 +1,7 @@
 """Variant (e) of `ticketflow bench pipeline`: the six-step workflow written idiomatically in
 quix-streams, the peer ticketflow is measured against.
 
-    .venv-peer/bin/python -m ticketflow.bench_peer --group G --state-dir D T0 T1 T2 T3 T4 T5 T6
+    .venv-peer/bin/python -m benchmarks.peer --group G --state-dir D T0 T1 T2 T3 T4 T5 T6
 
 One topic per step, as in ticketflow's default topology: T0 (tickets) -> validate -> T1 ->
 clean -> T2 -> features -> T3 -> infer -> T4 -> rules -> T5 -> route -> T6 (results). Each
@@ -269,7 +269,7 @@ def build_app(args: argparse.Namespace) -> Any:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m ticketflow.bench_peer")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.peer")
     parser.add_argument("--group", required=True, help="the consumer group (and state scope)")
     parser.add_argument("--state-dir", required=True, help="where quix keeps its RocksDB stores")
     parser.add_argument(

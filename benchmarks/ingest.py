@@ -35,6 +35,7 @@ from confluent_kafka import Producer
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.pipeline import process_cpu_s
 from inference_gateway.model.corpus import generate
 from ingest.keys import KeyStore
 from ingest.limits import Limit, Limits, LimitStore
@@ -45,7 +46,6 @@ from streams.kafka_config import confluent_config
 from streams.producer import BASE_CONFIG
 from streams.topics import Topics
 from ticketflow import services
-from ticketflow.bench_pipeline import process_cpu_s
 
 console = Console()
 BATCH = 100
