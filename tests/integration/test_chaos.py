@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from chaos.campaign import FAULT_KINDS, Campaign, Options, draw_campaign, write_report
 from streams.settings import Settings
 from ticketflow import services, stack
-from ticketflow.chaos import FAULT_KINDS, Campaign, Options, draw_campaign, write_report
 
 pytestmark = pytest.mark.integration
 

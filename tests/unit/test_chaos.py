@@ -12,10 +12,8 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from schemas.tickets import Ticket
-from streams.settings import Settings
-from ticketflow import chaos
-from ticketflow.chaos import (
+import chaos.campaign as chaos
+from chaos.campaign import (
     FAULT_KINDS,
     HOLD_S,
     HOSTILE_KINDS,
@@ -32,6 +30,8 @@ from ticketflow.chaos import (
     summarize,
     time_to_flow,
 )
+from schemas.tickets import Ticket
+from streams.settings import Settings
 
 # ---- the schedule -----------------------------------------------------------------------------
 

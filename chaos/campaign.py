@@ -349,7 +349,7 @@ def _fault_text(f: dict[str, Any]) -> str:
 
 def write_report(report: dict[str, Any], out: Path) -> tuple[Path, Path]:
     """chaos.json and chaos.png in `out`."""
-    from ticketflow.chaos_plot import plot
+    from chaos.plot import plot
 
     out.mkdir(parents=True, exist_ok=True)
     path = out / "chaos.json"

@@ -1,0 +1,1 @@
+"""The fault campaign of `ticketflow chaos` (docs/chaos.md)."""
