@@ -9,6 +9,9 @@ COPY inference_gateway inference_gateway
 COPY feature_jobs feature_jobs
 COPY ingest ingest
 COPY ticketflow ticketflow
+# the CLI mounts `ticketflow bench` and `ticketflow chaos` from these two
+COPY benchmarks benchmarks
+COPY chaos chaos
 RUN pip install --no-cache-dir .
 ENV TICKETFLOW_STATE_DIR=/var/lib/ticketflow
 CMD ["ticketflow", "--help"]

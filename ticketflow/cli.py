@@ -563,7 +563,8 @@ def chaos(
     every ticket has exactly one result. Exits 1 when a round is not exact (docs/chaos.md)."""
     import random
 
-    from chaos.campaign import Options, main, parse_faults, parse_hostile
+    from chaos.campaign import main
+    from chaos.plan import Options, parse_faults, parse_hostile
 
     try:
         kinds, bad = parse_faults(faults), parse_hostile(hostile)

@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from chaos.campaign import FAULT_KINDS, Campaign, Options, draw_campaign, write_report
+from chaos.campaign import Campaign
+from chaos.plan import FAULT_KINDS, Options, draw_campaign
+from chaos.report import write_report
 from streams.settings import Settings
 from ticketflow import services, stack
 

@@ -11,25 +11,33 @@ from typing import Any
 import orjson
 import pytest
 from pydantic import ValidationError
+from rich.console import Console
 
-import chaos.campaign as chaos
-from chaos.campaign import (
+import chaos.campaign
+import chaos.children
+from chaos.checks import check_exactly_once, flow_figures, longest_stall, per_second, time_to_flow
+from chaos.children import Child
+from chaos.plan import (
     FAULT_KINDS,
     HOLD_S,
     HOSTILE_KINDS,
     FaultPlan,
-    FaultRecord,
-    RoundReport,
-    check_exactly_once,
+    Options,
     draw_campaign,
     draw_round,
-    longest_stall,
+    max_faults,
     parse_faults,
     parse_hostile,
-    per_second,
-    summarize,
-    time_to_flow,
 )
+from chaos.report import (
+    FaultRecord,
+    RoundReport,
+    print_summary,
+    round_line,
+    summarize,
+    write_report,
+)
+from chaos.traffic import hostile_record
 from schemas.tickets import Ticket
 from streams.settings import Settings
 
@@ -53,7 +61,7 @@ def test_a_round_is_the_same_whatever_the_rounds_around_it():
 def test_only_allowed_faults_in_order_within_the_round_with_their_holds(seed):
     allowed = ("worker_pause", "redis_kill", "broker_kill")
     plan = draw_round(seed, 1, 60, 3, allowed)
-    assert 1 <= len(plan.faults) <= chaos.max_faults(60) == 3
+    assert 1 <= len(plan.faults) <= max_faults(60) == 3
     starts = [f.at_s for f in plan.faults]
     assert starts == sorted(starts) and len(set(starts)) == len(starts)
     for f in plan.faults:
@@ -102,7 +110,7 @@ def test_fault_and_hostile_lists_are_parsed_and_checked():
 
 @pytest.mark.parametrize("kind", HOSTILE_KINDS)
 def test_every_hostile_record_is_one_validate_must_refuse(kind):
-    value, headers = chaos.hostile_record(kind, "r1-hostile-x")
+    value, headers = hostile_record(kind, "r1-hostile-x")
     with pytest.raises((UnicodeDecodeError, orjson.JSONDecodeError, ValidationError, ValueError)):
         if len(value) > Settings().max_record_bytes:
             raise ValueError("too large")
@@ -140,7 +148,7 @@ def test_the_stall_is_looked_for_until_after_the_part_is_healthy():
     f = FaultRecord("worker_kill", 0, 4, 2, started_at_s=4.0, ended_at_s=6.0, healthy_at_s=10.0)
     # flowing at once after the kill, then stopped by the restarted worker's rejoin
     times = [100 + t for t in (4.5, 6.1, 6.5, 11.0, 17.0, 17.5)]
-    chaos._flow_figures(f, times, 100.0, until=200.0)
+    flow_figures(f, times, 100.0, until=200.0)
     assert f.time_to_flow_s == pytest.approx(0.1)
     assert f.stall_s == 6.0
 
@@ -190,16 +198,16 @@ def test_the_summary_adds_up_and_gives_time_to_flow_per_kind():
 
 
 def test_the_round_line_and_the_exit_code(capsys):
-    line = chaos.round_line(_round(2, lost=2), 5)
+    line = round_line(_round(2, lost=2), 5)
     assert "round 2/5" in line and "lost 2" in line and "NOT exact: 2 lost" in line
     assert "broker_kill@1s (flow in 1.1s)" in line and "worker_pause#1@4s (no flow)" in line
     assert "skipped" in line
     report = {"campaign": {"rounds": 2}, "rounds": [], "summary": summarize([_round(1)] * 2)}
-    assert chaos._summary(report) == 0
+    assert print_summary(report, Console()) == 0
     report["summary"] = summarize([_round(1), _round(2, doubled=1)])
-    assert chaos._summary(report) == 1
+    assert print_summary(report, Console()) == 1
     report["summary"] = summarize([_round(1)])  # a campaign cut short is not a pass
-    assert chaos._summary(report) == 1
+    assert print_summary(report, Console()) == 1
     assert "rounds exact" in capsys.readouterr().out
 
 
@@ -210,7 +218,7 @@ def test_the_report_is_written_as_json_and_png(tmp_path: Path):
         "rounds": rounds,
         "summary": summarize(rounds),
     }
-    json_path, png = chaos.write_report(report, tmp_path / "out")
+    json_path, png = write_report(report, tmp_path / "out")
     assert json.loads(json_path.read_text())["rounds"][1]["lost"] == 4
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -253,10 +261,12 @@ def campaign(monkeypatch, tmp_path):
         calls.append(("stop", part, kill))
         return True  # one of ours was running
 
-    monkeypatch.setattr(chaos.stack, "stop_part", stop_part)
-    monkeypatch.setattr(chaos.stack, "start_part", lambda s, part: calls.append(("start", part)))
+    monkeypatch.setattr(chaos.campaign.stack, "stop_part", stop_part)
     monkeypatch.setattr(
-        chaos.stack,
+        chaos.campaign.stack, "start_part", lambda s, part: calls.append(("start", part))
+    )
+    monkeypatch.setattr(
+        chaos.campaign.stack,
         "part_status",
         lambda s, part: type("S", (), {"ours": part != "redis"})(),
     )
@@ -266,12 +276,12 @@ def campaign(monkeypatch, tmp_path):
         spawned.append(child.name)
         child.service, child.down = FakeService(), False
 
-    monkeypatch.setattr(chaos.Child, "spawn", spawn)
-    monkeypatch.setattr(chaos.Child, "await_ready", lambda child, timeout_s: None)
-    monkeypatch.setattr(chaos.services, "start", _no_process)
-    c = chaos.Campaign(Settings(state_dir=tmp_path), chaos.Options(rounds=1, round_s=20))
-    c.gateway = chaos.Child("gw", c.s, ["gateway"], lambda: True, FakeService())
-    c.workers = [chaos.Child(f"w{i}", c.s, ["worker"], lambda: True, FakeService()) for i in (0, 1)]
+    monkeypatch.setattr(Child, "spawn", spawn)
+    monkeypatch.setattr(Child, "await_ready", lambda child, timeout_s: None)
+    monkeypatch.setattr(chaos.children.services, "start", _no_process)
+    c = chaos.campaign.Campaign(Settings(state_dir=tmp_path), Options(rounds=1, round_s=20))
+    c.gateway = Child("gw", c.s, ["gateway"], lambda: True, FakeService())
+    c.workers = [Child(f"w{i}", c.s, ["worker"], lambda: True, FakeService()) for i in (0, 1)]
     c.calls, c.spawned = calls, spawned
     return c
 
@@ -331,9 +341,9 @@ def test_a_fault_that_fails_to_heal_is_an_error_and_the_part_is_restored(campaig
     def failing_start(s, part):
         attempts.append(part)
         if len(attempts) == 1:
-            raise chaos.stack.StackError("kafka did not become healthy")
+            raise chaos.campaign.stack.StackError("kafka did not become healthy")
 
-    monkeypatch.setattr(chaos.stack, "start_part", failing_start)
+    monkeypatch.setattr(chaos.campaign.stack, "start_part", failing_start)
     record = _play(campaign, "broker_kill")
     assert "did not become healthy" in record.note
     assert campaign.current.errors and attempts == ["kafka", "kafka"]
