@@ -64,6 +64,7 @@ def per_second(times: Iterable[float], t0: float, seconds: int) -> list[int]:
 
 
 def flow_figures(f: FaultRecord, times: Sequence[float], t0: float, until: float) -> None:
+    """Fill in the fault's time to flow again and its longest stall (results at `times`)."""
     if f.started_at_s is None or f.ended_at_s is None:
         return
     f.time_to_flow_s = time_to_flow(times, t0 + f.ended_at_s)

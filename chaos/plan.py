@@ -1,7 +1,8 @@
 """The fault plan: which faults and hostile records a campaign draws, when, and for how long.
 
 Everything here is pure and seeded: a seed and a round's index give the same round on any
-machine, so a failed round can be replayed alone (docs/chaos.md).
+machine, so a failed round can be replayed alone (docs/chaos.md). `Options` holds what a
+campaign was asked for.
 """
 
 from __future__ import annotations
@@ -144,6 +145,8 @@ def draw_campaign(
 
 @dataclass(frozen=True)
 class Options:
+    """What `ticketflow chaos` was asked for: the plan's inputs and the campaign's waits."""
+
     rounds: int = 5
     workers: int = 2
     rate: float = 100.0  # valid tickets a second
