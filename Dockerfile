@@ -9,6 +9,8 @@ COPY inference_gateway inference_gateway
 COPY feature_jobs feature_jobs
 COPY ingest ingest
 COPY ticketflow ticketflow
+# the CLI mounts `ticketflow eval` from it
+COPY evaluation evaluation
 # the CLI mounts `ticketflow bench` and `ticketflow chaos` from these two
 COPY benchmarks benchmarks
 COPY chaos chaos

@@ -19,13 +19,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from benchmarks.cli import bench_app
+from evaluation import after_sales as eval_after_sales
+from evaluation import decisions as eval_decisions
+from evaluation import models as eval_models
 from feature_jobs import cli as features_cli
 from inference_gateway import cli as gateway_cli
 from ingest import cli as ingest_cli
 from streams.kafka_config import confluent_config
 from streams.settings import Settings, get_settings
 from streams.topics import Topics
-from ticketflow import eval_after_sales, eval_decisions, evaluate, model_cli, review_cli
+from ticketflow import model_cli, review_cli
 
 if TYPE_CHECKING:
     from ticketflow.replay import Report
@@ -542,9 +545,9 @@ app.command("ingest")(ingest_cli.ingest)
 app.add_typer(ingest_cli.keys_app, name="keys")
 app.add_typer(ingest_cli.limits_app, name="limits")
 app.add_typer(model_cli.model_app, name="model")  # ticketflow/model_cli.py
-app.add_typer(eval_after_sales.app, name="eval")  # offline evaluations (eval after-sales)
-eval_after_sales.app.command("models")(evaluate.models)  # ticketflow/evaluate.py
-eval_after_sales.app.command("decisions")(eval_decisions.decisions)  # ticketflow/eval_decisions.py
+app.add_typer(eval_after_sales.app, name="eval")  # offline evaluations (evaluation/after_sales.py)
+eval_after_sales.app.command("models")(eval_models.models)  # evaluation/models.py
+eval_after_sales.app.command("decisions")(eval_decisions.decisions)  # evaluation/decisions.py
 
 
 @app.command()

@@ -17,9 +17,9 @@ from datetime import datetime, timezone
 import orjson
 import pytest
 
+from evaluation import after_sales as ev
 from streams.topics import Topics
 from tests.integration.kafka_helpers import ROUTES, collect, publish
-from ticketflow import eval_after_sales as ev
 
 pytestmark = pytest.mark.integration
 FIXTURE = ev.FIXTURE.parent / "after_sales_blind2.jsonl"

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from evaluation import after_sales as ev
 from inference_gateway.model import train
 from inference_gateway.routing import DEFAULT_CONFIG
 from schemas.tickets import CATEGORIES
-from ticketflow import eval_after_sales as ev
 
 CASES = ev.load_cases()
 FIXTURES = sorted(ev.FIXTURE.parent.glob("after_sales_*.jsonl"))

@@ -1,4 +1,4 @@
-"""The arithmetic of `ticketflow eval models` (ticketflow/eval_report.py, triton_cpu.py)."""
+"""The arithmetic of `ticketflow eval models` (evaluation/report.py, triton_cpu.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from collections import Counter
 
 import pytest
 
-from ticketflow import eval_report, triton_cpu
-from ticketflow.evaluate import Run, _cpu_ms_per_ticket
+from evaluation import report as eval_report
+from evaluation import triton_cpu
+from evaluation.models import Run, _cpu_ms_per_ticket
 
 
 def test_halves_split_every_stratum_evenly_and_cover_every_row_once():

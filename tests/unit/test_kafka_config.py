@@ -205,6 +205,7 @@ def test_every_client_is_built_through_kafka_config() -> None:
         "feature_jobs",
         "ingest",
         "inference_gateway",
+        "evaluation",
     ):
         for path in sorted((ROOT / package).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()

@@ -22,9 +22,9 @@ import numpy as np
 import typer
 
 from agents.steps.refund_intent import IntentHead
+from evaluation import after_sales as ev
 from schemas.tickets import CATEGORIES
 from schemas.workflow import Step
-from ticketflow import eval_after_sales as ev
 
 ROOT = ev.ROOT
 PLOT = ROOT / "docs" / "img" / "reliability.png"
@@ -252,7 +252,7 @@ def run(
     v1, v2 = scored("v1", below, texts, model_dir), scored("v2", below, texts, model_dir)
     chosen = {}
     if choose:
-        from ticketflow.eval_report import pick_threshold
+        from evaluation.report import pick_threshold
 
         truth = [c.category for c in cases]
         ok1 = [CATEGORIES[i] == t for i, t in zip(v1[0].argmax(axis=1), truth, strict=True)]

@@ -88,7 +88,7 @@ def models(
     """v1 alone, v2 alone, the ensemble and the cascade: accuracy, latency, CPU per ticket."""
     with _own_triton() if own_triton else contextlib.nullcontext(_shared_triton()) as triton:
         summary = asyncio.run(_evaluate(triton, limit, below))
-    from ticketflow.eval_report import plot
+    from evaluation.report import plot
 
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(summary, indent=2) + "\n")
@@ -100,9 +100,9 @@ def models(
 async def _evaluate(triton: Triton, limit: int | None, below: float | None) -> dict:
     from agents.steps.handlers import InferenceStep
     from agents.steps.parallel import ParallelStep
+    from evaluation.report import halves
     from inference_gateway.client import GatewayClient
     from inference_gateway.model.train import split
-    from ticketflow.eval_report import halves
 
     rows = split()[1][:limit]
     pick, judge = halves([f"{r['category']}/{r['language']}" for r in rows])
@@ -137,7 +137,7 @@ def _choose_below(
     rows: list[dict], runs: dict[str, Run], pick: list[int], below: float | None
 ) -> tuple[float, list[dict]]:
     """The cascade's threshold: given, or picked from v1's and v2's answers on half 1."""
-    from ticketflow.eval_report import pick_threshold
+    from evaluation.report import pick_threshold
 
     if below is not None:
         return below, []
@@ -169,7 +169,7 @@ def _cascade(below: float) -> Any:
 async def _measure(
     name: str, handler: Any, step: Any, rows: list[dict], gateway_pid: int, triton: Triton
 ) -> Run:
-    from ticketflow import triton_cpu
+    from evaluation import triton_cpu
 
     run = Run(name)
     before = triton_cpu.sample(MODEL, triton.metrics_url, triton.grpc_port)
@@ -261,8 +261,8 @@ def _private_gateway(triton: Triton) -> Iterator[tuple[str, int]]:
 def _served(triton: Triton) -> dict:
     """Each version's files against the stub that serves them: a version rebuilt after its
     stub started is not what Triton answers with until it is loaded again."""
+    from evaluation import triton_cpu
     from inference_gateway.model.train import MODEL_DIR
-    from ticketflow import triton_cpu
 
     _, stubs = triton_cpu.triton_processes(MODEL, triton.grpc_port)
     served = {}
@@ -313,7 +313,7 @@ def _cpu_ms_per_ticket(run: Run, n: int) -> dict[str, float]:
 
 
 def _summary(rows, runs, pick, judge, below, curve) -> dict:
-    from ticketflow.eval_report import percentile
+    from evaluation.report import percentile
 
     truth = [r["category"] for r in rows]
     n = len(rows)
