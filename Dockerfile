@@ -9,8 +9,9 @@ COPY inference_gateway inference_gateway
 COPY feature_jobs feature_jobs
 COPY ingest ingest
 COPY ticketflow ticketflow
-# the CLI mounts `ticketflow eval` from it
+# the CLI mounts `ticketflow eval` and `ticketflow model build` from these two
 COPY evaluation evaluation
+COPY training training
 # the CLI mounts `ticketflow bench` and `ticketflow chaos` from these two
 COPY benchmarks benchmarks
 COPY chaos chaos

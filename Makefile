@@ -44,7 +44,7 @@ kafka: venv
 
 # the default model, trained from the generated corpus (skipped when up to date)
 model: venv
-	$(BIN)/python -m inference_gateway.model.train
+	$(BIN)/python -m training.train
 
 demo: setup
 	$(BIN)/ticketflow demo

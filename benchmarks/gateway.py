@@ -344,7 +344,7 @@ async def _direct_points(
 
 def run(s: BenchSettings, console: Console | None = None) -> dict[str, Any]:
     """Run the benchmark; returns (and writes) the results."""
-    from inference_gateway.model import corpus
+    from training import corpus
 
     console = console or Console()
     s.out_dir.mkdir(parents=True, exist_ok=True)

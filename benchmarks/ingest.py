@@ -36,7 +36,6 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.pipeline import process_cpu_s
-from inference_gateway.model.corpus import generate
 from ingest.keys import KeyStore
 from ingest.limits import Limit, Limits, LimitStore
 from ingest.service import redis_client
@@ -46,6 +45,7 @@ from streams.kafka_config import confluent_config
 from streams.producer import BASE_CONFIG
 from streams.topics import Topics
 from ticketflow import services
+from training.corpus import generate
 
 console = Console()
 BATCH = 100

@@ -45,13 +45,13 @@ from rich.progress import Progress
 from rich.table import Table
 
 from agents.definition import load_definition
-from inference_gateway.model.corpus import generate
 from streams.admin import delete_prefixed, ensure_topics, topic_size
 from streams.kafka_config import aiokafka_kwargs
 from streams.settings import REPO_ROOT, Settings
 from streams.topics import Topics
 from ticketflow import services
 from ticketflow.services import Service
+from training.corpus import generate
 
 console = Console()
 HOPS = 6  # validate, clean, features, infer, rules, route

@@ -119,6 +119,6 @@ class Traffic(threading.Thread):
 
 def corpus_texts(seed: int) -> list[str]:
     """Ticket texts of the corpus generator, drawn by the round's seed."""
-    from inference_gateway.model.corpus import generate
+    from training.corpus import generate
 
     return [t["text"] for t in generate(300, seed=seed % 100_000)]

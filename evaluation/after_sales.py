@@ -228,7 +228,7 @@ def _said(out: RuleOutcome) -> str:
 
 def held_out_cases() -> list[Case]:
     """The held-out split of train.py (seed 13): after_sales tickets should reach after_sales."""
-    from inference_gateway.model import train
+    from training import train
 
     _, rows = train.split()
     return [
@@ -308,7 +308,7 @@ def after_sales(
     step = rules_step(workflow)
     chosen = [v for v in versions.split(",") if v] or built_versions(model_dir)
     if not chosen:
-        typer.echo("no model version built: run `python -m inference_gateway.model.train`")
+        typer.echo("no model version built: run `python -m training.train`")
         raise typer.Exit(1)
     cases = load_cases(fixture)
     typer.echo(

@@ -7,7 +7,7 @@ goes to docs/img/reliability.png.
 
 The cascade's `below` and the intent band are chosen on the validation split only
 (`--choose`): the corpus of another seed plus the hand-written fixtures of earlier rounds
-(inference_gateway/model/intent.py); `--fixture` measures another set with what was chosen
+(training/intent.py); `--fixture` measures another set with what was chosen
 (the frozen blind set once, at the end).
 """
 
@@ -38,7 +38,7 @@ COST_FN, COST_FP, COST_MANUAL = 3.0, 2.0, 1.0
 
 def validation_cases() -> list[ev.Case]:
     """The validation split: never the frozen blind set, never the training rows."""
-    from inference_gateway.model import corpus, intent, train
+    from training import corpus, intent, train
 
     train_texts = {r["text"] for r in train.split()[0]}
     out = [c for p in intent.VALIDATION_FIXTURES for c in ev.load_cases(p)]

@@ -1,6 +1,6 @@
 """`ticketflow eval models`: v1, v2, the ensemble and the cascade on the held-out set.
 
-The held-out set is the stratified 20 % split that `inference_gateway.model.train` evaluates
+The held-out set is the stratified 20 % split that `training.train` evaluates
 both versions on (seed 13, `train.split`). Every ticket goes, one at a time, through the
 workflow's own step handlers (`InferenceStep`, `ParallelStep`, the cascade) to a gateway
 started for the run with its response cache off, and on to the running Triton:
@@ -102,7 +102,7 @@ async def _evaluate(triton: Triton, limit: int | None, below: float | None) -> d
     from agents.steps.parallel import ParallelStep
     from evaluation.report import halves
     from inference_gateway.client import GatewayClient
-    from inference_gateway.model.train import split
+    from training.train import split
 
     rows = split()[1][:limit]
     pick, judge = halves([f"{r['category']}/{r['language']}" for r in rows])
@@ -262,7 +262,7 @@ def _served(triton: Triton) -> dict:
     """Each version's files against the stub that serves them: a version rebuilt after its
     stub started is not what Triton answers with until it is loaded again."""
     from evaluation import triton_cpu
-    from inference_gateway.model.train import MODEL_DIR
+    from inference_gateway.model.repository import MODEL_DIR
 
     _, stubs = triton_cpu.triton_processes(MODEL, triton.grpc_port)
     served = {}
@@ -345,7 +345,7 @@ def _summary(rows, runs, pick, judge, below, curve) -> dict:
     return {
         "tickets": n,
         "halves": {"pick": len(pick), "test": len(judge)},
-        "split": "inference_gateway.model.train.split(): stratified 20 % held out, seed 13",
+        "split": "training.train.split(): stratified 20 % held out, seed 13",
         "cascade_below": below,
         "threshold_curve_pick_half": curve,
         "variants": variants,

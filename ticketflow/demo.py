@@ -21,11 +21,11 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from inference_gateway.model.corpus import generate
 from streams.kafka_config import confluent_config
 from streams.settings import Settings
 from streams.topics import Topics
 from ticketflow import kafka_io, services, stack
+from training.corpus import generate
 
 console = Console()
 USERS = 37

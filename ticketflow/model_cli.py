@@ -1,7 +1,7 @@
 """`ticketflow model build|deploy|promote|rollback|retire|ls`: a model version rolled out live.
 
-The logic is inference_gateway.model.builds (training) and .rollout (repository, Triton,
-routing); this module reads the settings (TICKETFLOW_KAFKA_BOOTSTRAP, _TOPIC_PREFIX,
+The logic is training.builds (training) and inference_gateway.model.rollout (repository,
+Triton, routing); this module reads the settings (TICKETFLOW_KAFKA_BOOTSTRAP, _TOPIC_PREFIX,
 _TRITON_GRPC, _STATE_DIR), names the topics and prints. Builds are staged in
 <state dir>/model-builds/<time>-<type>/; `deploy` takes the latest unless given one.
 """
@@ -19,9 +19,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from inference_gateway.errors import GatewayError
-from inference_gateway.model import builds, rollout
+from inference_gateway.model import rollout
+from inference_gateway.model.repository import BUILD_FILE, MODEL_DIR
 from streams.settings import Settings, get_settings
 from streams.topics import Topics
+from training import builds
 
 model_app = typer.Typer(
     help="Build a model version and roll it out without a restart.", no_args_is_help=True
@@ -37,7 +39,7 @@ Repository = Annotated[
 
 def _target(repository: Path | None) -> rollout.Target:
     s = get_settings()
-    repo = repository or builds.MODEL_DIR.parent
+    repo = repository or MODEL_DIR.parent
     return rollout.Target(repo, s.triton_grpc, s.kafka_bootstrap, s.topic_prefix)
 
 
@@ -46,7 +48,7 @@ def builds_dir(settings: Settings) -> Path:
 
 
 def latest_build(settings: Settings) -> Path | None:
-    found = [p for p in builds_dir(settings).glob("*") if (p / builds.BUILD_FILE).exists()]
+    found = [p for p in builds_dir(settings).glob("*") if (p / BUILD_FILE).exists()]
     return max(found, key=lambda p: p.stat().st_mtime, default=None)
 
 
@@ -75,7 +77,7 @@ def build(
     out: Annotated[Path | None, typer.Option(help="staging folder (default: a new one)")] = None,
 ) -> None:
     """Train a new version from the corpus plus reviewers' decisions, into a staging folder."""
-    from inference_gateway.model import feedback as reviews
+    from training import feedback as reviews
 
     s = get_settings()
     if kind not in builds.TYPES:

@@ -1,7 +1,7 @@
 """The refund-intent head, served in process: P(the ticket asks for a refund, return,
 exchange or other remedy), calibrated, with the version and digest of its weights.
 
-Trained by `python -m inference_gateway.model.intent` (`make model`) into
+Trained by `python -m training.intent` (`make model`) into
 inference_gateway/intent_model/refund_intent/1/intent.npz: a logistic regression on the
 hashed n-grams of v1's featurizer, stacked with the serving model's own after_sales
 probability (per model version, fitted on the validation split), so the score reads both

@@ -1,11 +1,11 @@
 """Version 2 of the ticket classifier at run time: e5 sentence embeddings + a linear head.
 
-numpy + onnxruntime (+ the copied `e5_tokenizer.py`); `train.py` copies this file next to
-version 2's `model.py`, and training embeds the corpus through the same `Encoder`, so what
+numpy + onnxruntime (+ the copied `e5_tokenizer.py`); training/train.py copies this file next
+to version 2's `model.py`, and training embeds the corpus through the same `Encoder`, so what
 is evaluated is what is served.
 
-A version directory holds `encoder.onnx` and `tokenizer.json` (from `e5_export.py`) and
-`head.npz` (coef [384, 6], intercept [6], labels) learned by `train.py`.
+A version directory holds `encoder.onnx` and `tokenizer.json` (from training/e5_export.py)
+and `head.npz` (coef [384, 6], intercept [6], labels) learned by training/train.py.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ spaces as U+2581, then the most probable segmentation into the vocabulary's piec
 over piece log-probabilities), an unknown single character scoring min(score) - 10, as
 SentencePiece does.
 
-`train.py` copies this file next to version 2's `model.py`, with `tokenizer.json`, so the
-served model needs nothing from this package (like `featurize.py` for version 1).
+training/train.py copies this file next to version 2's `model.py`, with `tokenizer.json`, so
+the served model needs nothing from this package (like `featurize.py` for version 1).
 """
 
 from __future__ import annotations

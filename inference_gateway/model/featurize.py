@@ -1,7 +1,8 @@
 """The one featurizer of the ticket classifier, shared by training and the Triton model.
 
-Stdlib + numpy only: `train.py` copies this file next to the served `model.py`, so the model
-repository stays self-contained (it runs as-is in the NGC Triton image, without this package).
+Stdlib + numpy only: training/train.py copies this file next to the served `model.py`, so the
+model repository stays self-contained (it runs as-is in the NGC Triton image, without this
+package).
 
 A text becomes hashed, log-scaled, L2-normalised counts of:
 - Latin words (unigrams + bigrams) and their char 3-grams, which survive typos;

@@ -1,6 +1,6 @@
 """A new model version live without a restart: deploy, canary, promote, rollback, retire.
 
-- **deploy** copies a staged build (builds.py) into the model repository as the next free
+- **deploy** copies a staged build (training/builds.py) into the model repository as the next free
   version number, written whole under a hidden name, then renamed (Triton never sees half a
   version), loads it into the running Triton, checks it answers, and publishes a canary weight.
 - **Loading.** Triton runs with explicit model control. The new version is a new directory,
@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,14 +30,14 @@ from typing import Any
 from inference_gateway.cli import publish, publish_record, read_configs
 from inference_gateway.routing import DEFAULT_CONFIG, triton_version
 from inference_gateway.routing_watch import routing_topic
+from inference_gateway.topic_scan import scan_topic
 from schemas.routing import RoutingConfig
 
-from . import builds
-from .feedback import scan
+from .repository import read_build
 
 MODEL = DEFAULT_CONFIG.name
 HISTORY_LIMIT = 20
-FIRST_BUILT_VERSION = 3  # 1 and 2 are train.py's, built at set-up
+FIRST_BUILT_VERSION = 3  # 1 and 2 are training/train.py's, built at set-up
 LOAD_TIMEOUT_S = 120.0
 # what Triton answers a load request unless it runs with --model-control-mode=explicit
 NOT_EXPLICIT = "load / unload is not allowed"
@@ -209,6 +209,14 @@ def current(target: Target) -> RoutingConfig:
     return found if isinstance(found, RoutingConfig) else DEFAULT_CONFIG
 
 
+def scan(bootstrap: str, topic: str, timeout_s: float) -> Iterator[tuple[bytes, bytes]]:
+    """(key, value) of every record of `topic` up to its end now, tombstones left out."""
+    # the group the history was read under before rollout had a reader of its own
+    for key, value in scan_topic(bootstrap, topic, "ticketflow-model-build", timeout_s):
+        if value is not None:
+            yield key, value
+
+
 def history(target: Target) -> list[RoutingConfig]:
     """Earlier configs, oldest first (the last is what `rollback` restores)."""
     latest: bytes | None = None
@@ -371,7 +379,7 @@ def listing(target: Target, states: Callable[[], dict[int, str]] | None = None) 
     for version in sorted(on_disk | set(found)):
         folder = target.model_dir / str(version)
         meta = _metrics(folder)
-        kind = builds.read_build(folder).get("type") or {1: "v1", 2: "v2"}.get(version, "?")
+        kind = read_build(folder).get("type") or {1: "v1", 2: "v2"}.get(version, "?")
         share = config.versions.get(f"v{version}", 0)
         state = found.get(version, "not loaded") if unreachable is None else "unreachable"
         rows.append(Row(version, kind, version in on_disk, state, share, meta.get("accuracy")))

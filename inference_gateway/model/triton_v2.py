@@ -1,7 +1,7 @@
 """Triton Python-backend model of `ticket_classifier` v2: TEXT [B, 1] bytes -> SCORES [B, 6] fp32.
 
 multilingual-e5-small sentence embeddings (onnxruntime) + a linear head. This file is the
-template: `python -m inference_gateway.model.train` builds ticket_classifier/2/ (encoder.onnx,
+template: `python -m training.train` builds ticket_classifier/2/ (encoder.onnx,
 tokenizer.json, head.npz, copies of e5_tokenizer.py and e5_runtime.py) and copies this file in
 last, as model.py, so a repository where v2 was never built (or failed to build) has no 2/
 and Triton serves v1 alone rather than failing to start. The version directory runs in any

@@ -10,7 +10,7 @@ import orjson
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from inference_gateway.model.corpus import generate
+from training.corpus import generate
 
 ROUTES = ("auto_classify", "manual_review", "after_sales")
 

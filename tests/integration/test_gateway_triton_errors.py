@@ -136,7 +136,7 @@ async def test_a_full_triton_queue_and_a_queue_timeout_are_told_apart(
 def v1_repo(tmp_path: Path) -> Path:
     src = triton_server.DEFAULT_MODEL_REPOSITORY / MODEL
     if not (src / "1" / "weights.npz").exists():
-        pytest.skip("v1 not built (python -m inference_gateway.model.train)")
+        pytest.skip("v1 not built (python -m training.train)")
     dest = tmp_path / "repo" / MODEL
     dest.mkdir(parents=True)
     (dest / "1").symlink_to(src / "1", target_is_directory=True)

@@ -24,13 +24,14 @@ import orjson
 import pytest
 
 from inference_gateway import triton_server
-from inference_gateway.model import builds, rollout
-from inference_gateway.model.corpus import generate
+from inference_gateway.model import rollout
 from schemas.tickets import DecisionStep, StepStatus, TicketResult
 from streams.settings import Settings
 from streams.topics import Topics
 from tests.integration.kafka_helpers import ROUTES, Collector, plain_producer, publish
 from ticketflow import services
+from training import builds
+from training.corpus import generate
 
 pytestmark = pytest.mark.integration
 
@@ -171,7 +172,7 @@ def test_a_rollout_under_steady_traffic_loses_and_degrades_nothing(private: Priv
         _phase(marks, "v1")
         _review(settings, "ro-3", "billing")
         staging = target.repository.parent / "staging"
-        from inference_gateway.model.feedback import read_reviewed
+        from training.feedback import read_reviewed
 
         examples = read_reviewed(settings.kafka_bootstrap, topics.out("reviewed"),
                                  topics.tickets_in)  # fmt: skip

@@ -15,11 +15,11 @@ import orjson
 import pytest
 
 from agents.steps.rules import sampled
-from inference_gateway.model.corpus import generate
 from streams.topics import Topics
 from tests.integration.conftest import RUN
 from tests.integration.kafka_helpers import ROUTES, body, collect, plain_producer
 from tests.integration.test_workflow import state_of
+from training.corpus import generate
 
 pytestmark = pytest.mark.integration
 SETTLED = {"completed", "awaiting_review", "degraded", "dead_lettered"}

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from evaluation import after_sales as ev
-from inference_gateway.model import train
 from inference_gateway.routing import DEFAULT_CONFIG
 from schemas.tickets import CATEGORIES
+from training import train
 
 CASES = ev.load_cases()
 FIXTURES = sorted(ev.FIXTURE.parent.glob("after_sales_*.jsonl"))

@@ -206,6 +206,7 @@ def test_every_client_is_built_through_kafka_config() -> None:
         "ingest",
         "inference_gateway",
         "evaluation",
+        "training",
     ):
         for path in sorted((ROOT / package).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()

@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 
-from inference_gateway.model import corpus, phrases_en, phrases_zh, slots
 from schemas.tickets import CATEGORIES
+from training import corpus, phrases_en, phrases_zh, slots
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 LATIN = re.compile(r"[A-Za-z]{2,}")

@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inference_gateway.model import e5_export, e5_runtime, e5_tokenizer, train
+from inference_gateway.model import e5_runtime, e5_tokenizer
 from schemas.tickets import CATEGORIES
+from training import e5_export, train
 
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
@@ -195,7 +196,7 @@ def test_the_triton_model_batches_across_requests(
     from tests.unit.test_model_serving import _fake_pb_utils, _Tensor
 
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", _fake_pb_utils())
-    template = Path(train.__file__).parent / train.V2_MODEL
+    template = train.SERVING / train.V2_MODEL
     spec = importlib.util.spec_from_file_location("tc_model_v2", template)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -231,8 +232,8 @@ def test_a_head_of_another_format_is_refused(v2_dir: Path) -> None:
 def test_served_copies_are_not_stale() -> None:
     version_dir = train.V2_OUT
     if not (version_dir / "model.py").exists():
-        pytest.skip("v2 not built yet (python -m inference_gateway.model.train)")
-    here = Path(train.__file__).parent
+        pytest.skip("v2 not built yet (python -m training.train)")
+    here = train.SERVING
     pairs = [(n, n) for n in train.V2_COPIED] + [(train.V2_MODEL, "model.py")]
     for source, copy in pairs:
         assert (version_dir / copy).read_text("utf-8") == (here / source).read_text("utf-8"), (

@@ -54,7 +54,7 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
-@pytest.mark.skipif(not WEIGHTS.exists(), reason="run `python -m inference_gateway.model.train`")
+@pytest.mark.skipif(not WEIGHTS.exists(), reason="run `python -m training.train`")
 def test_real_tritonserver_classifies(tmp_path: Path) -> None:
     import tritonclient.grpc as grpcclient
 

@@ -1,5 +1,6 @@
-"""The rollout's logic without Kafka or Triton: canary weights, version directories, the load
-config, the history behind rollback, and what deploy/retire refuse (inference_gateway.model)."""
+"""The rollout's logic without Kafka or Triton: canary weights, version directories, the
+load config, the history behind rollback, and what deploy/retire refuse
+(inference_gateway.model.rollout)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from inference_gateway import triton_server
-from inference_gateway.model import builds, rollout
+from inference_gateway.model import rollout
 from schemas.routing import RoutingConfig
+from training import builds
 
 MODEL = "ticket_classifier"
 

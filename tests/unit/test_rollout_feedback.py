@@ -1,4 +1,4 @@
-"""Reviewers' decisions as training rows (inference_gateway.model.feedback, builds), and the
+"""Reviewers' decisions as training rows (training.feedback, builds), and the
 `ticketflow model` commands' output, without Kafka or Triton."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from inference_gateway.model import builds, feedback, rollout
+from inference_gateway.model import rollout
 from schemas.tickets import DecisionStep, StepStatus, TicketResult
 from ticketflow import model_cli
+from training import builds, feedback
 
 
 def reviewed(ticket_id: str, category: str) -> bytes:

@@ -31,7 +31,7 @@ DEFAULT_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 30.0
 MODEL_NAME = "ticket_classifier"
 TRITON_SERVER_MODULE = "inference_gateway.triton_server"
-TRAIN_MODULE = "inference_gateway.model.train"
+TRAIN_MODULE = "training.train"
 
 log = logging.getLogger("ticketflow.stack")
 

@@ -1,6 +1,6 @@
 """Triton Python-backend model of `ticket_classifier`: TEXT [B, 1] bytes -> SCORES [B, 6] fp32.
 
-Reads weights.npz and the featurizer copied next to this file by `inference_gateway.model.train`,
+Reads weights.npz and the featurizer copied next to this file by `training.train`,
 so the version directory runs in any Triton with the Python backend and numpy (e.g. the NGC
 image); the installed package is only a fallback for a featurizer that was not copied.
 """

@@ -10,7 +10,8 @@ worth more than one more template ticket. Three types:
 - `v2-int8`: the INT8 encoder of quantize.py + a head trained on its own embeddings.
 
 The staging folder is a complete version directory (model.py last, as train.py does) plus
-`build.json`; `rollout.deploy` copies it into the repository under the next version number.
+`build.json` (read back by inference_gateway/model/repository.py); `rollout.deploy` copies it
+into the repository under the next version number.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from inference_gateway.model.repository import BUILD_FILE, MODEL_DIR
 from schemas.tickets import CATEGORIES
 
 from .feedback import Example
@@ -32,12 +34,9 @@ if TYPE_CHECKING:
     from types import ModuleType
 
 TYPES = ("v1", "v2", "v2-int8")
-BUILD_FILE = "build.json"
 DEFAULT_FEEDBACK_WEIGHT = 3
-HERE = Path(__file__).resolve().parent
-MODEL_DIR = HERE.parent / "model_repository" / "ticket_classifier"  # as train.MODEL_DIR
 V1_MODEL = MODEL_DIR / "1" / "model.py"  # version 1's serving code, tracked in git
-INT8_MODEL = HERE / "triton_v2_int8.py"
+INT8_MODEL = "triton_v2_int8.py"  # the serving package's, beside the v2 template
 
 
 def _train() -> ModuleType:
@@ -89,12 +88,14 @@ def _encoder(out: Path, int8: bool) -> dict:
 
 
 def build_e5(out: Path, feedback: Sequence[Example], weight: int, *, int8: bool) -> dict:
-    from . import e5_runtime, handwritten
+    from inference_gateway.model import e5_runtime
+
+    from . import handwritten
 
     train = _train()
     info = _encoder(out, int8)
     for name in train.V2_COPIED:
-        shutil.copyfile(train.HERE / name, out / name)
+        shutil.copyfile(train.SERVING / name, out / name)
     encoder = e5_runtime.Encoder(out)
     if int8:
         from . import quantize
@@ -107,9 +108,10 @@ def build_e5(out: Path, feedback: Sequence[Example], weight: int, *, int8: bool)
     y_pred = (encoder.embed([r["text"] for r in test_rows]) @ coef + intercept).argmax(axis=1)
     hand = encoder.embed([t for t, _ in handwritten.TICKETS]) @ coef + intercept
     train.save_head(out, coef, intercept)
+    template = train.SERVING / train.V2_MODEL
     if int8:
-        shutil.copyfile(train.HERE / train.V2_MODEL, out / "triton_v2.py")
-    shutil.copyfile(INT8_MODEL if int8 else train.HERE / train.V2_MODEL, out / "model.py")
+        shutil.copyfile(template, out / "triton_v2.py")
+    shutil.copyfile(train.SERVING / INT8_MODEL if int8 else template, out / "model.py")
     return {
         "accuracy": round(float((y_pred == y_test).mean()), 4),
         "handwritten_accuracy": train.handwritten_accuracy(hand.argmax(axis=1)),
@@ -152,10 +154,3 @@ def build(
     (out / BUILD_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return record
 
-
-def read_build(version_dir: Path) -> dict:
-    """A version directory's build.json, {} for the versions train.py built (1, 2)."""
-    try:
-        return json.loads((version_dir / BUILD_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}

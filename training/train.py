@@ -8,13 +8,15 @@
 Both learn from the synthetic corpus of `corpus.py` and are evaluated on the same stratified
 20% held-out split, so their accuracies compare.
 
-    python -m inference_gateway.model.train [--version 1|2|all] [--force]
+    python -m training.train [--version 1|2|all] [--force]
 
 Writes ticket_classifier/1/ (weights.npz, featurize.py, metrics.json) and ticket_classifier/2/
 (encoder.onnx, tokenizer.json, head.npz, e5_tokenizer.py, e5_runtime.py, model.py,
-metrics.json), so that the served models need nothing from this package; version 2 is built
-in inference_gateway/model/.build-2/ and swapped in whole. A version is skipped when its
-artefacts are newer than every source they were built from, unless --force.
+metrics.json), so that the served models need nothing from this package; the served code
+(featurize.py, the e5 runtime, the Triton template) is the serving package's, in
+inference_gateway/model/. Version 2 is built in training/.build-2/ and swapped in whole. A
+version is skipped when its artefacts are newer than every source they were built from,
+unless --force.
 """
 
 from __future__ import annotations
@@ -32,20 +34,23 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score, classification_report, f1_score
 from sklearn.model_selection import train_test_split
 
+from inference_gateway.model import featurize
+from inference_gateway.model.repository import MODEL_DIR
 from schemas.tickets import CATEGORIES
 
-from . import corpus, featurize, handwritten
+from . import corpus, handwritten
 
 HERE = Path(__file__).resolve().parent
-MODEL_DIR = HERE.parent / "model_repository" / "ticket_classifier"
+# what the versions serve: copied from the serving package into each version directory
+SERVING = Path(featurize.__file__).resolve().parent
 DEFAULT_OUT = MODEL_DIR / "1"
 V2_OUT = MODEL_DIR / "2"
-SOURCES = [HERE / f for f in ("corpus.py", "featurize.py", "phrases_en.py", "phrases_zh.py")]
-SOURCES += [HERE / "slots.py", HERE / "train.py", HERE / "handwritten.py"]
-SOURCES.append(HERE / "hard_negatives.py")
+SOURCES = [HERE / f for f in ("corpus.py", "phrases_en.py", "phrases_zh.py", "slots.py")]
+SOURCES += [HERE / "train.py", HERE / "handwritten.py", HERE / "hard_negatives.py"]
+SOURCES.append(SERVING / "featurize.py")
 # version 2 is built from the corpus and these (featurize.py is v1's, but cheap to include)
-V2_SOURCES = [*SOURCES, HERE / "e5_export.py", HERE / "e5_tokenizer.py", HERE / "e5_runtime.py"]
-V2_SOURCES.append(HERE / "triton_v2.py")
+V2_SOURCES = [*SOURCES, HERE / "e5_export.py"]
+V2_SOURCES += [SERVING / f for f in ("e5_tokenizer.py", "e5_runtime.py", "triton_v2.py")]
 V2_COPIED = ("e5_tokenizer.py", "e5_runtime.py")
 V2_MODEL = "triton_v2.py"  # copied in last, as model.py: Triton loads v2 only once it is whole
 V2_ENCODER_FILES = ("encoder.onnx", "tokenizer.json")
@@ -122,7 +127,7 @@ def export(coef: np.ndarray, intercept: np.ndarray, out_dir: Path, probe: list[s
         featurizer_version=np.int64(featurize.VERSION),
         n_features=np.int64(featurize.N_FEATURES),
     )
-    shutil.copyfile(HERE / "featurize.py", out_dir / "featurize.py")
+    shutil.copyfile(SERVING / "featurize.py", out_dir / "featurize.py")
 
 
 def check_labels_file() -> None:
@@ -198,7 +203,7 @@ def _encoder_fresh(out_dir: Path) -> bool:
     if not all(f.exists() for f in files):
         return False
     built = min(f.stat().st_mtime for f in files)
-    sources = (HERE / "e5_export.py", HERE / "e5_tokenizer.py")
+    sources = (HERE / "e5_export.py", SERVING / "e5_tokenizer.py")
     return built > max(s.stat().st_mtime for s in sources)
 
 
@@ -226,7 +231,7 @@ def fit_head(
 
 def save_head(out_dir: Path, coef: np.ndarray, intercept: np.ndarray) -> None:
     """Version 2's head.npz, as e5_runtime.Classifier reads it."""
-    from . import e5_runtime
+    from inference_gateway.model import e5_runtime
 
     np.savez_compressed(
         out_dir / "head.npz",
@@ -238,7 +243,9 @@ def save_head(out_dir: Path, coef: np.ndarray, intercept: np.ndarray) -> None:
 
 
 def train_v2(out_dir: Path, n: int = N_TICKETS, seed: int = SEED) -> dict:
-    from . import e5_export, e5_runtime
+    from inference_gateway.model import e5_runtime
+
+    from . import e5_export
 
     check_labels_file()
     t0 = time.perf_counter()
@@ -255,7 +262,7 @@ def train_v2(out_dir: Path, n: int = N_TICKETS, seed: int = SEED) -> dict:
         print(f"exporting multilingual-e5-small to {build / 'encoder.onnx'} ...", flush=True)
         encoder_info = e5_export.export(build)
     for name in V2_COPIED:
-        shutil.copyfile(HERE / name, build / name)
+        shutil.copyfile(SERVING / name, build / name)
     t_export = time.perf_counter() - t0
     final_dir, out_dir = out_dir, build
 
@@ -306,7 +313,7 @@ def train_v2(out_dir: Path, n: int = N_TICKETS, seed: int = SEED) -> dict:
         y_true, y_pred, labels=range(len(CATEGORIES)), target_names=CATEGORIES, digits=3
     )
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
-    shutil.copyfile(HERE / V2_MODEL, out_dir / "model.py")
+    shutil.copyfile(SERVING / V2_MODEL, out_dir / "model.py")
     _swap_in(out_dir, final_dir)
     print(report)
     return metrics

@@ -10,7 +10,7 @@ Per-tensor activation scales make a text's embedding depend on the other rows of
 (`max_chunk_rows=1`: on a CPU the encoder's cost per token barely falls with batch size), so
 a ticket gets the same scores alone or in any batch, as the gateway's cache assumes.
 
-    python -m inference_gateway.model.quantize [--out bench/results/quantize.json] [--n 1600]
+    python -m training.quantize [--out bench/results/quantize.json] [--n 1600]
 
 compares fp32, int8 and the served int4 encoder on the held-out split of train.py, all with
 version 2's trained head (so only the encoder differs): accuracy, and CPU milliseconds per
@@ -30,7 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import e5_export, e5_runtime, train
+from inference_gateway.model import e5_runtime
+
+from . import e5_export, train
 
 INT8_ROWS_PER_CALL = 1  # see the module docstring: per-tensor scales must not mix tickets
 LATENCY_BATCHES = (1, 8, 32)
@@ -144,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=96, help="tickets per latency point")
     args = ap.parse_args(argv)
     if not (train.V2_OUT / "head.npz").exists():
-        ap.error(f"{train.V2_OUT} is not built: `python -m inference_gateway.model.train`")
+        ap.error(f"{train.V2_OUT} is not built: `python -m training.train`")
     with tempfile.TemporaryDirectory(prefix="quantize-") as tmp:
         result = compare(Path(tmp), args.n, args.rounds)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@ separable: about one ticket in ten carries a detail of another category, some pr
 short or borrow other classes' words, and ~8% draw their problem from pools shared by two
 classes (`AMBIGUOUS`), labelled with either.
 
-    python -m inference_gateway.model.corpus --n 6000 --out tickets.jsonl
+    python -m training.corpus --n 6000 --out tickets.jsonl
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ with the XLM-RoBERTa SentencePiece vocabulary and normalisation map, in one file
   cache must not do.) `--linear fp32` writes plain ONNX MatMuls instead, for other runtimes.
 - `tokenizer.json`: pieces, scores and the normalisation map for `e5_tokenizer.Tokenizer`.
 
-    python -m inference_gateway.model.e5_export --out-dir DIR [--linear int4|fp32]
+    python -m training.e5_export --out-dir DIR [--linear int4|fp32]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import e5_tokenizer
+from inference_gateway.model import e5_tokenizer
 
 QK = 32  # weights per Q4_0 block
 MAGIC = b"E5S1"

@@ -15,7 +15,7 @@ The frozen blind set (tests/fixtures/blind5_frozen.jsonl) is not read here. Serv
 process by `agents/steps/refund_intent.py` from `intent.npz`; its version and the digest of
 that file go into the rule step's audit detail.
 
-    python -m inference_gateway.model.intent [--force]
+    python -m training.intent [--force]
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ from pathlib import Path
 
 import numpy as np
 
+from agents.steps.refund_intent import WEIGHTS
+from inference_gateway.model import featurize
 from schemas.tickets import CATEGORIES
 
-from . import featurize
-
 HERE = Path(__file__).resolve().parent
-OUT_DIR = HERE.parent / "intent_model" / "refund_intent" / "1"
+OUT_DIR = WEIGHTS.parent  # where agents/steps/refund_intent.py serves it from
 VERSION = "refund_intent/1"
-FIXTURES = HERE.parent.parent / "tests" / "fixtures"
+FIXTURES = HERE.parent / "tests" / "fixtures"
 VALIDATION_FIXTURES = tuple(
     FIXTURES / f"after_sales_{name}.jsonl"
     for name in ("handwritten", "blind", "blind2", "blind3", "blind4")
@@ -47,8 +47,9 @@ VAL_N = 1200  # v2 embeds them for its stacking: ~12 ms a text on 2 cores
 C_GRID = (1.0, 4.0, 16.0)
 POSITIVE = "after_sales"
 _EPS = 1e-4  # as agents/steps/refund_intent.py clips the model's probability
-SOURCES = [HERE / f for f in ("intent.py", "hard_negatives.py", "corpus.py", "featurize.py")]
-SOURCES += [HERE / f for f in ("phrases_en.py", "phrases_zh.py", "slots.py", "train.py")]
+SOURCES = [HERE / f for f in ("intent.py", "hard_negatives.py", "corpus.py", "phrases_en.py")]
+SOURCES += [HERE / f for f in ("phrases_zh.py", "slots.py", "train.py")]
+SOURCES.append(Path(featurize.__file__).resolve())
 
 
 def is_fresh(out_dir: Path = OUT_DIR, model_dir: Path | None = None) -> bool:
@@ -126,7 +127,7 @@ def version_scorers(model_dir: Path) -> dict:
             coef, intercept = np.ascontiguousarray(w["coef"]), w["intercept"].astype(np.float32)
         scorers["v1"] = lambda texts: featurize.predict_proba(texts, coef, intercept)
     if (model_dir / "2" / "head.npz").exists():
-        from . import e5_runtime
+        from inference_gateway.model import e5_runtime
 
         classifier = e5_runtime.Classifier(model_dir / "2")
         scorers["v2"] = classifier.predict_proba
