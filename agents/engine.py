@@ -122,9 +122,7 @@ class WorkflowEngine:
         self.hops = HopClock(
             {self.topics.step(s.name): s.name for s in self.topology.later_steps()}
         )
-        inference = InferenceStep(
-            deps.gateway, self.topology.deadline_ms, record=self.emitter.record
-        )
+        inference = InferenceStep(deps.gateway, self.topology.deadline_ms)
         self.breaker = inference.breaker
         handlers: dict[str, Handler] = {
             "processor": ProcessorStep(),

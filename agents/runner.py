@@ -20,6 +20,7 @@ from agents.emitter import Emitter, utcnow
 from agents.outcome import DEGRADABLE, DeadLetter, Degraded, Ok, Retry, StepOutcome, outcome_of
 from agents.records import traceparent
 from agents.state import States, new_state
+from agents.steps.cascade import cascade_detail
 from agents.steps.handlers import Handler, degrade, remaining_ms
 from agents.steps.rules import audit_detail
 from agents.topology import Topology
@@ -41,6 +42,15 @@ def fresh_state(env: Envelope) -> dict:
     )
     state["progress"] = len(env.path)
     return state
+
+
+def _detail(step: Step, env: Envelope) -> str | None:
+    """What a step that went well says in its decision-path entry and the audit."""
+    if step.type == "rule_engine":  # the decision and its reason (the intent head's score)
+        return audit_detail(env.context.rule)
+    if step.cascade is not None:
+        return cascade_detail(env, step.cascade)
+    return None
 
 
 def _carried(event: Any) -> str | None:
@@ -112,10 +122,7 @@ class StepRunner:
         self.states.at(event)
         match outcome:
             case Ok():
-                # the rule step's decision and its reason (the intent head's version, digest
-                # and score among it) go into the decision path and the audit (issue 24)
-                detail = audit_detail(env.context.rule) if step.type == "rule_engine" else None
-                self.emitter.record(env, step, StepStatus.ok, t0, detail=detail)
+                self.emitter.record(env, step, StepStatus.ok, t0, detail=_detail(step, env))
                 return True
             case Degraded():
                 self.emitter.record(env, step, StepStatus.degraded, t0)

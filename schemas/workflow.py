@@ -111,7 +111,8 @@ class Cascade(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    first: ModelVersion
+    # None: the version the gateway's routing picks per ticket, so a rollout applies
+    first: ModelVersion | None = None
     then: ModelVersion
     below: float = Field(gt=0.0, le=1.0)
 

@@ -1,77 +1,72 @@
 """Cascade inference: the cheap version first, the expensive one only when it is unsure.
 
-An `inference_call` step with `cascade: {first: v1, then: v2, below: 0.85}` calls `first`
-for every ticket and `then` for those whose answer from `first` is below `below`. The
-ticket's prediction names the version that decided; each call has its own decision-path
-and audit entry (`infer.v1`, `infer.v2`). A failed call fails the step as any inference
-call does (retried, degraded or dead-lettered by the runner); a retry calls both again.
+An `inference_call` step with `cascade: {then: v2, below: 0.56}` asks the gateway for every
+ticket as an ordinary call would (its routing picks the version, so rollouts and canaries
+apply), and asks `then` again for those answered below `below`; `first: v1` pins the first
+call instead. The ticket's prediction names the version that decided. The second opinion
+is best-effort: if `then` fails (not loaded, overloaded, out of time), the first answer
+stands, as a cascade without it would have decided; a failed first call fails the step as
+any inference call does. The step keeps its one decision-path entry (the result's contract:
+one entry per step); `cascade_detail` says in it which version decided and why.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from agents.steps.record import Record, record_took, sub_step
-from schemas.tickets import Envelope, StepStatus
+from schemas.tickets import Context, Envelope
 from schemas.workflow import Cascade, Step
 
 Outcomes = list[BaseException | None]
 Call = Callable[[Sequence[Envelope], Step], Awaitable[Outcomes]]
 
 
-async def run_cascade(
-    call: Call, envs: Sequence[Envelope], step: Step, record: Record | None
-) -> Outcomes:
+async def run_cascade(call: Call, second: Call, envs: Sequence[Envelope], step: Step) -> Outcomes:
     cascade = step.cascade
     assert cascade is not None
-    first = sub_step(step, cascade.first, version=cascade.first, cascade=None)
-    then = sub_step(step, cascade.then, version=cascade.then, cascade=None)
-    t0 = time.perf_counter()
-    outcomes = await call(envs, first)
-    took = time.perf_counter() - t0
+    outcomes = await call(envs, _version(step, cascade.first or step.version))
     unsure = [i for i, env in enumerate(envs) if outcomes[i] is None and _unsure(env, cascade)]
-    for i, env in enumerate(envs):
-        _record_call(record, env, first, outcomes[i], took, _verdict(env, cascade, i in unsure))
     if not unsure:
         return outcomes
-    t1 = time.perf_counter()
-    again = await call([envs[i] for i in unsure], then)
-    took = time.perf_counter() - t1
-    for i, outcome in zip(unsure, again, strict=True):
-        outcomes[i] = outcome
-        _record_call(record, envs[i], then, outcome, took, "decided")
+    firsts = [envs[i].context.model_copy() for i in unsure]
+    again = await second([envs[i] for i in unsure], _version(step, cascade.then))
+    for i, first, outcome in zip(unsure, firsts, again, strict=True):
+        if outcome is not None or envs[i].context.degraded:
+            _restore(envs[i], first)
     return outcomes
 
 
-def _unsure(env: Envelope, cascade: Cascade) -> bool:
-    """Answered by `first` below the threshold, with time left for a second call."""
-    pred = env.context.prediction
-    if env.context.degraded or pred is None or pred.model_version != cascade.first:
-        return False
-    return pred.confidence < cascade.below
-
-
-def _verdict(env: Envelope, cascade: Cascade, unsure: bool) -> str | None:
+def cascade_detail(env: Envelope, cascade: Cascade) -> str | None:
+    """The decision-path detail of a cascade step that went well: who decided, and why."""
     pred = env.context.prediction
     if pred is None or env.context.degraded:
         return None
-    if unsure:
-        return f"confidence {pred.confidence:.3f} below {cascade.below}: asked {cascade.then}"
-    return "decided"
+    if pred.model_version == cascade.then:
+        return f"below {cascade.below}: {cascade.then} decided"
+    if pred.confidence < cascade.below:
+        return f"below {cascade.below}, {cascade.then} did not answer: {pred.model_version} decided"
+    return f"{pred.model_version} decided"
 
 
-def _record_call(
-    record: Record | None,
-    env: Envelope,
-    step: Step,
-    outcome: BaseException | None,
-    took: float,
-    verdict: str | None,
-) -> None:
-    if outcome is not None:  # the runner records the step's retry or dead letter with its reason
-        record_took(record, env, step, StepStatus.failed, took, type(outcome).__name__)
-    elif env.context.degraded:
-        record_took(record, env, step, StepStatus.degraded, took, env.context.degraded_reason)
-    else:
-        record_took(record, env, step, StepStatus.ok, took, verdict)
+def _version(step: Step, version: str | None) -> Step:
+    """The step as one call to `version`, or to the routed one for None (not validated:
+    built from a validated step)."""
+    return step.model_copy(update={"version": version, "cascade": None})
+
+
+def _restore(env: Envelope, first: Context) -> None:
+    """Put back the first answer: the second call's failure is not the ticket's."""
+    env.context.prediction = first.prediction
+    env.context.degraded = first.degraded
+    env.context.degraded_reason = first.degraded_reason
+
+
+def _unsure(env: Envelope, cascade: Cascade) -> bool:
+    """Answered below the threshold by another version than `then` (and by `first`, if
+    pinned)."""
+    pred = env.context.prediction
+    if env.context.degraded or pred is None or pred.model_version == cascade.then:
+        return False
+    if cascade.first is not None and pred.model_version != cascade.first:
+        return False
+    return pred.confidence < cascade.below

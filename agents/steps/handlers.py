@@ -18,7 +18,6 @@ from agents.breaker import CircuitBreaker
 from agents.errors import BadRecord, RetryableError
 from agents.steps.cascade import run_cascade
 from agents.steps.clean import clean_text
-from agents.steps.record import Record
 from agents.steps.refund_intent import load_head
 from agents.steps.rules import RULES, RuleInput, apply_rules
 from feature_jobs.reader import OnlineFeatureReader
@@ -126,16 +125,17 @@ class InferenceStep(Handler):
         client: GatewayClient,
         deadline_ms: Callable[[Envelope], int],
         breaker: CircuitBreaker | None = None,
-        record: Record | None = None,
     ) -> None:
         self._client = client
         self._deadline_ms = deadline_ms  # of the ticket's own workflow version
         self.breaker = breaker or CircuitBreaker("inference_gateway")
-        self._record = record  # a cascade's calls get entries of their own
+        # a cascade's second opinion is best-effort: its failures must not open the breaker
+        # that guards every ticket's first call
+        self.second_breaker = CircuitBreaker("inference_gateway_cascade")
 
     async def run_batch(self, envs: Sequence[Envelope], step: Step) -> Outcomes:
         if step.cascade is not None:
-            return await run_cascade(self._run_batch, envs, step, self._record)
+            return await run_cascade(self._run_batch, self._run_second, envs, step)
         return await self._run_batch(envs, step)
 
     async def run(self, env: Envelope, step: Step) -> None:
@@ -143,7 +143,12 @@ class InferenceStep(Handler):
         if outcome is not None:
             raise outcome
 
-    async def _run_batch(self, envs: Sequence[Envelope], step: Step) -> Outcomes:
+    async def _run_second(self, envs: Sequence[Envelope], step: Step) -> Outcomes:
+        return await self._run_batch(envs, step, self.second_breaker)
+
+    async def _run_batch(
+        self, envs: Sequence[Envelope], step: Step, breaker: CircuitBreaker | None = None
+    ) -> Outcomes:
         outcomes: Outcomes = [None] * len(envs)
         # past its deadline a ticket is degraded, but still gets one call within the step's
         # timeout: reviewers then see the model's advice and the result names its version
@@ -165,14 +170,16 @@ class InferenceStep(Handler):
             for k in range(0, len(kind), MAX_INPUTS_PER_CALL)
         ]
         results = await asyncio.gather(
-            *(self._call([envs[i] for i in chunk], step) for chunk in chunks)
+            *(self._call([envs[i] for i in chunk], step, breaker) for chunk in chunks)
         )
         for chunk, result in zip(chunks, results, strict=True):
             for i, outcome in zip(chunk, result, strict=True):
                 outcomes[i] = outcome
         return outcomes
 
-    async def _call(self, envs: list[Envelope], step: Step) -> Outcomes:
+    async def _call(
+        self, envs: list[Envelope], step: Step, breaker: CircuitBreaker | None = None
+    ) -> Outcomes:
         """One gateway call for `envs` (those with time left), their outcomes in order."""
         outcomes: Outcomes = [None] * len(envs)
         # under 1 ms is no time at all (and timeout_ms 0 would be refused as invalid input)
@@ -195,43 +202,48 @@ class InferenceStep(Handler):
         if not calling:
             return outcomes  # no call, so nothing for the breaker to count
         called = [envs[i] for i in calling]
-        answered = await self._guarded(called, items, min(budgets), step)
+        answered = await self._guarded(called, items, min(budgets), step, breaker or self.breaker)
         for i, outcome in zip(calling, answered, strict=True):
             outcomes[i] = outcome
         return outcomes
 
     async def _guarded(
-        self, envs: list[Envelope], items: list[PredictInput], budget_ms: float, step: Step
+        self,
+        envs: list[Envelope],
+        items: list[PredictInput],
+        budget_ms: float,
+        step: Step,
+        breaker: CircuitBreaker,
     ) -> Outcomes:
         """The call behind the breaker: one check, one record; predictions set on success."""
-        if not self.breaker.allow():
+        if not breaker.allow():
             for env in envs:
                 degrade(env, "CIRCUIT_OPEN: inference gateway failing, call skipped")
             return [None] * len(envs)
         try:
             resp = await self._predict(items, budget_ms, step)
         except GatewayError as exc:
-            self.breaker.record(ok=exc.code == ErrorCode.INVALID_INPUT)
+            breaker.record(ok=exc.code == ErrorCode.INVALID_INPUT)
             if exc.code == ErrorCode.INVALID_INPUT and len(envs) > 1:
-                return await self._bisect(envs, step)
+                return await self._bisect(envs, step, breaker)
             return [self._failure(env, exc) for env in envs]
         except Exception as exc:  # whatever ends the call must count, or a probe never returns
-            self.breaker.record(ok=False)
+            breaker.record(ok=False)
             return [exc] * len(envs)
         except BaseException:
-            self.breaker.record(ok=False)
+            breaker.record(ok=False)
             raise
-        self.breaker.record(ok=True)
+        breaker.record(ok=True)
         for env, out in zip(envs, resp.outputs, strict=True):
             _set_prediction(env, resp, out)
         return [None] * len(envs)
 
-    async def _bisect(self, envs: list[Envelope], step: Step) -> Outcomes:
+    async def _bisect(self, envs: list[Envelope], step: Step, breaker: CircuitBreaker) -> Outcomes:
         # the gateway refused the whole call for some input: each half is called again,
         # and a half refused again is split again, until the bad tickets are alone
         middle = len(envs) // 2
         halves = await asyncio.gather(
-            self._call(envs[:middle], step), self._call(envs[middle:], step)
+            self._call(envs[:middle], step, breaker), self._call(envs[middle:], step, breaker)
         )
         return [*halves[0], *halves[1]]
 

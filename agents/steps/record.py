@@ -1,6 +1,6 @@
 """How a handler adds entries of its own to a ticket's decision path and audit.
 
-A parallel step's branches and a cascade's calls each get an entry (`infer.v1`, ...), next
+A parallel step's branches each get an entry (`infer_ensemble.v1`, ...), next
 to the one the runner writes for the step itself. The engine hands handlers the emitter's
 `record`; unit tests hand them a list's append.
 """

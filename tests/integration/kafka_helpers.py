@@ -12,6 +12,11 @@ from confluent_kafka.admin import AdminClient
 
 from training.corpus import generate
 
+# four topics at once, half of them in Chinese: both versions answer below 0.5 (v1 0.29,
+# v2 0.24 when written), so the ticket waits in manual_review for a person. Gibberish no
+# longer does: v2 reads it as `general` with 0.88
+UNSURE_TEXT = "the bill 快递 闪退 manual"
+
 ROUTES = ("auto_classify", "manual_review", "after_sales")
 
 

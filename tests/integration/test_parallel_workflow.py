@@ -100,9 +100,14 @@ def test_ensemble_and_cascade_tickets_name_their_branches_calls_and_deciding_ver
         status = {e["step"]: e["status"] for e in r["decision_path"]}
         if tid in cascade_ids:
             assert r["workflow"] == "ticket_classify_cascade_it"
-            assert "infer_cascade_it.v1" in steps and "infer_cascade_it" in steps
+            # one entry for the step, as for any step; its detail names the deciding version
+            [entry] = [e for e in r["decision_path"] if e["step"].startswith("infer_cascade_it")]
+            assert entry["step"] == "infer_cascade_it", r["decision_path"]
+            if entry["status"] != "ok":  # degraded: past its deadline on a busy machine
+                continue
             # v2 ran exactly when v1 was unsure, and then it decided
-            asked = "infer_cascade_it.v2" in steps
+            asked = entry["detail"] == f"below {BELOW}: v2 decided"
+            assert asked or entry["detail"] == "v1 decided", entry
             assert r["model_version"] == ("v2" if asked else "v1"), r["decision_path"]
             versions[f"cascade:{r['model_version']}"] += 1
             continue
@@ -120,11 +125,11 @@ def test_ensemble_and_cascade_tickets_name_their_branches_calls_and_deciding_ver
     assert versions["ensemble:v1+v2"] >= N // 2 * 0.8, versions
     assert versions["cascade:v2"] >= 1 and versions["cascade:v1"] >= 1, versions
 
-    # the audit has the same entries, one trail per ticket: one per branch and per call
+    # the audit has the same entries, one trail per ticket: one per branch and per step
     trails = audit.until(lambda rs: len({m.key() for m in rs}) >= N, 60, 2)
     entries = [e for m in trails for e in orjson.loads(m.value())["steps"]]
     audited = Counter(e["step"] for e in entries)
     assert audited["infer_ensemble.v1"] >= N // 2 and audited["infer_ensemble.v2"] >= N // 2
-    assert audited["infer_cascade_it.v1"] >= N // 2
+    assert audited["infer_cascade_it"] >= N // 2 and audited["infer_cascade_it.v1"] == 0
     model_versions = {e["model_version"] for e in entries if e["step"] == "infer_ensemble.v2"}
     assert model_versions <= {"v2", None}, "a branch's audit names the branch's own answer"

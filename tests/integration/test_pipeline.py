@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import orjson
 import pytest
 
-from agents.steps.clean import clean_text
-from agents.steps.refund_words import asks_for_refund
+from agents.definition import load_definition
 from streams.topics import Topics
 from tests.integration.kafka_helpers import ROUTES, collect, plain_producer, publish, tickets
 
 pytestmark = pytest.mark.integration
 STEPS = ["validate", "clean", "features", "infer", "rules", "route"]
+
+
+DEFAULT = load_definition(Path("agents/workflows/ticket_classify.yaml"))
+CASCADE_BELOW = DEFAULT.step("infer").cascade.below
+# the rule that fired -> the route it takes (agents/steps/rules.py); nothing fired: auto
+ROUTE_OF = {
+    "refund_intent": "after_sales",
+    "refund_intent_uncertain": "manual_review",
+    "refund_intent_disagree": "manual_review",
+    "score_threshold": "manual_review",
+    "degraded": "manual_review",
+    "sample": "auto_classify",
+}
 
 
 def test_a_thousand_tickets_each_yield_exactly_one_result(settings, worker):
@@ -33,21 +47,29 @@ def test_a_thousand_tickets_each_yield_exactly_one_result(settings, worker):
     assert len(ids) == len(set(ids)), "a ticket produced two results"
     assert set(ids) == {t["ticket_id"] for t in batch}
     by_id = {t["ticket_id"]: t for t in batch}
-    correct = 0
+    correct = refunds = missed = 0
     for m, r in zip(msgs, results, strict=True):
         assert m.topic() == topics.out(r["route"])
-        assert [s["step"] for s in r["decision_path"]] == STEPS
-        assert r["model_name"] == "ticket_classifier" and r["model_version"] == "v1"
-        text = by_id[r["ticket_id"]]["text"]
-        if asks_for_refund(clean_text(text)):
-            assert r["route"] == "after_sales"
-        elif r["route"] == "after_sales":  # refund_intent: the model's after_sales probability
-            assert r["category"] == "after_sales" and not r["degraded"]
-        elif r["degraded"] or r["confidence"] < 0.5:
-            assert r["route"] == "manual_review"
-        else:
-            assert r["route"] == "auto_classify" and r["category"] != "after_sales"
-        correct += r["category"] == by_id[r["ticket_id"]]["_label"]
+        path = r["decision_path"]
+        assert [s["step"] for s in path] == STEPS
+        # the cascade: v1 decides, v2 where v1 is unsure; the result names who decided
+        assert r["model_name"] == "ticket_classifier" and r["model_version"] in ("v1", "v2")
+        infer = path[STEPS.index("infer")]
+        assert infer["detail"] in ("v1 decided", f"below {CASCADE_BELOW}: v2 decided")
+        assert r["model_version"] == infer["detail"].split()[-2]
+        # the rule step's entry says which rule routed it, and why
+        fired = (path[STEPS.index("rules")]["detail"] or "").split(":")[0]
+        assert r["route"] == ROUTE_OF.get(fired, "auto_classify"), (fired, r)
+        if r["route"] == "auto_classify":
+            assert r["confidence"] >= 0.5 and r["category"] != "after_sales" and not r["degraded"]
+        label = by_id[r["ticket_id"]]["_label"]
+        if label == "after_sales":  # a request for money back or a replacement
+            refunds += 1
+            missed += r["route"] == "auto_classify"
+        correct += r["category"] == label
+    # the learned refund-intent head, not the words: few requests pass without a person
+    # (9 of 167 here when written; the blind set's recall is in docs/blind5.md)
+    assert refunds > 50 and missed <= 0.1 * refunds, (missed, refunds)
     assert correct / len(results) > 0.8, f"only {correct} of {len(results)} categories right"
 
 

@@ -22,7 +22,7 @@ import pytest
 from confluent_kafka import Message
 
 from streams.codecs import encode
-from tests.integration.kafka_helpers import Collector, body, plain_producer, tickets
+from tests.integration.kafka_helpers import UNSURE_TEXT, Collector, body, plain_producer, tickets
 from tests.integration.test_faults import PrivatePipeline, count_results
 from ticketflow import services
 
@@ -127,8 +127,7 @@ def accepted_odd() -> list[Record]:
 
 
 def review_ticket(tid: str) -> Record:
-    # gibberish the model is unsure of: it waits in manual_review for a person
-    return Record(tid.encode(), ticket_body(tid, text="zq xv 77 kkk"))
+    return Record(tid.encode(), ticket_body(tid, text=UNSURE_TEXT))
 
 
 def produce(

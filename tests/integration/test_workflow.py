@@ -15,6 +15,7 @@ from streams.headers import REPLAY_COUNT
 from streams.topics import Topics
 from tests.integration.kafka_helpers import (
     ROUTES,
+    UNSURE_TEXT,
     Collector,
     body,
     collect,
@@ -87,8 +88,7 @@ def test_status_of_an_unknown_ticket_says_so(settings, worker):
 
 def test_review_completes_a_manual_review_ticket_once(settings, worker):
     topics = Topics(settings.topic_prefix)
-    # nonsense text: the model cannot be confident, so the ticket goes to a person
-    t = {"ticket_id": "rev-1", "text": "zq xv 77 kkk", "created_at": "2026-12-01T00:00:00Z"}
+    t = {"ticket_id": "rev-1", "text": UNSURE_TEXT, "created_at": "2026-12-01T00:00:00Z"}
     p = plain_producer(settings.kafka_bootstrap)
     p.produce(topics.tickets_in, key=t["ticket_id"], value=orjson.dumps(t))
     p.flush(10)
