@@ -431,7 +431,7 @@ async def test_a_big_legal_request_does_not_hold_up_healthz() -> None:
     assert len(answer["outputs"]) == 1024
     assert took > 1.0  # real work was being done meanwhile
     assert len(latencies) > 30
-    assert statistics.median(latencies) < 0.005
-    # the worst probe, on a shared 2-core machine: 17-107 ms seen, against a request of ~6 s
-    # that used to hold the loop throughout
-    assert max(latencies) < 0.25, sorted(latencies)[-5:]
+    # bounds an order of magnitude above what a quiet machine shows (a busy CI machine showed
+    # a 6.5 ms median), far below the request's seconds that once held the loop throughout
+    assert statistics.median(latencies) < 0.05
+    assert max(latencies) < 1.0, sorted(latencies)[-5:]
