@@ -40,7 +40,7 @@ prometheus:
 
 # the Kafka broker's jars, fetched by Maven into the state folder (cached)
 kafka: venv
-	$(BIN)/python -m ticketflow.stack fetch
+	$(BIN)/python -m devstack fetch
 
 # the default model, trained from the generated corpus (skipped when up to date)
 model: venv

@@ -1,4 +1,5 @@
-"""A circuit breaker around the inference gateway (DESIGN.md: >50 % errors in 10 s opens it).
+"""A circuit breaker around the inference gateway (>50 % errors in 10 s opens it:
+docs/architecture.md).
 
 Outcomes are counted in one-second buckets over a rolling window; with enough volume and
 an error rate above the threshold the breaker opens, and tickets degrade at once instead

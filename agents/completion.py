@@ -18,7 +18,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from agents.records import ledger_key
+from agents.decoding import ledger_key
 from streams.watermarks import watermarks
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from agents import metrics
-from agents.records import header, traceparent
+from agents.decoding import header, traceparent
 from schemas.tickets import AuditOutcome, AuditTrail, DecisionStep, Envelope, ErrorClass, StepStatus
 from schemas.workflow import Step
 from streams.codecs import encode

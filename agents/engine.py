@@ -34,16 +34,16 @@ import faust
 from agents import metrics
 from agents.audit import audit_digest
 from agents.batches import process_isolated
+from agents.decoding import read_envelope, read_ticket, retry_wait_s, trace_id, traceparent
 from agents.emitter import Emitter, utcnow
 from agents.errors import BadRecord
 from agents.hops import HopClock
-from agents.pools import StepSet, step_set
-from agents.records import read_envelope, read_ticket, retry_wait_s, trace_id, traceparent
 from agents.remote_state import RemoteStates, StateInbox
 from agents.review_agent import ReviewAgent
 from agents.router import Router
 from agents.runner import Item, StepRunner, fresh_state
 from agents.state import States, TicketStates
+from agents.step_selection import StepSet, step_set
 from agents.steps.handlers import (
     FeatureLookupStep,
     Handler,
@@ -105,7 +105,7 @@ class WorkflowEngine:
         self.app = app
         self.settings = settings
         self.topology = Topology(definition, earlier, selector)
-        self.steps = steps or step_set("", self.topology)  # agents/pools.py
+        self.steps = steps or step_set("", self.topology)  # agents/step_selection.py
         self.topics = Topics(settings.topic_prefix)
         self.producer = AsyncProducer(confluent_config(settings))
         # the table at home; a pool keeps no state and sends its moves home as records

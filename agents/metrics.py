@@ -1,4 +1,4 @@
-"""The workflow layer's Prometheus metrics (names are a contract: DESIGN.md)."""
+"""The workflow layer's Prometheus metrics (names are a contract: docs/architecture.md)."""
 
 from __future__ import annotations
 

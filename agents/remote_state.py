@@ -1,6 +1,6 @@
 """Ticket state for a pool worker, which has no table: its moves go home as records.
 
-A pool (agents/pools.py) runs steps without owning `ticket_state` partitions. Each state
+A pool (agents/step_selection.py) runs steps without owning `ticket_state` partitions. Each state
 move of its steps (running at the next step, waiting_retry, dead_lettered) becomes a small
 `StateChange` record keyed by ticket_id on `tickets.state`. The home worker reads that
 topic in the table's consumer group, so partition N of it is read by the owner of the
@@ -19,8 +19,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agents.decoding import MAX_ATTEMPT
 from agents.errors import BadRecord
-from agents.records import MAX_ATTEMPT
 from agents.state import TicketStates, new_state
 from agents.topology import Topology
 from schemas.tickets import ErrorClass, TicketId
@@ -87,7 +87,7 @@ class RemoteStates:
     def admit(
         self, event: Any, ticket_id: str, arrival: str, trace_id: str, workflow: str, version: int
     ) -> bool:
-        # a pool never runs an admitting step (agents.pools): whatever reaches it passed
+        # a pool never runs an admitting step (agents.step_selection): whatever reaches it passed
         # the home worker's admission, or is a redelivery of what did
         return True
 

@@ -15,9 +15,9 @@ import logging
 from typing import Any
 
 from agents import metrics
+from agents.decoding import read_decision
 from agents.emitter import Emitter
 from agents.errors import BadRecord
-from agents.records import read_decision
 from agents.review import (
     REVIEWED_ROUTE,
     ReviewRefused,

@@ -16,9 +16,9 @@ from datetime import timedelta
 from typing import Any
 
 from agents import metrics
+from agents.decoding import traceparent
 from agents.emitter import Emitter, utcnow
 from agents.outcome import DEGRADABLE, DeadLetter, Degraded, Ok, Retry, StepOutcome, outcome_of
-from agents.records import traceparent
 from agents.state import States, new_state
 from agents.steps.cascade import cascade_detail
 from agents.steps.handlers import Handler, degrade, remaining_ms

@@ -1,7 +1,7 @@
 """The workflow worker: builds the Faust app with one agent per step and runs it.
 
 By default a worker runs every step; with `--steps` it runs some of them, as the home
-worker (which keeps the state table) or as a pool (agents/pools.py).
+worker (which keeps the state table) or as a pool (agents/step_selection.py).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from prometheus_client import generate_latest
 
 from agents.definition import Workflows, load_workflows
 from agents.engine import Dependencies, WorkflowEngine
-from agents.pools import StepSet, step_set
 from agents.probes import DependencyProbe, record_lag
+from agents.step_selection import StepSet, step_set
 from agents.topology import Topology
 from feature_jobs.reader import OnlineFeatureReader
 from feature_jobs.views import VIEWS

@@ -36,6 +36,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.pipeline import process_cpu_s
+from devstack import app_processes
 from ingest.keys import KeyStore
 from ingest.limits import Limit, Limits, LimitStore
 from ingest.service import redis_client
@@ -44,7 +45,6 @@ from streams.admin import delete_prefixed, ensure_topics
 from streams.kafka_config import confluent_config
 from streams.producer import BASE_CONFIG
 from streams.topics import Topics
-from ticketflow import services
 from training.corpus import generate
 
 console = Console()
@@ -330,8 +330,8 @@ def bench_ingest(
     concurrency: int = 32,
     out: Path = Path("bench/results"),
 ) -> None:
+    import devstack as stack
     from streams.settings import get_settings
-    from ticketflow import stack
 
     shared = get_settings()
     stack.up(shared)
@@ -339,7 +339,7 @@ def bench_ingest(
     prefix = f"bi{run}."
     topic = Topics(prefix).tickets_in
     ensure_topics(shared, {topic: {}})
-    port = services.free_port()
+    port = app_processes.free_port()
     settings = IngestSettings(
         redis_prefix=f"bench{run}:ingest:",
         topic_prefix=prefix,
@@ -365,10 +365,15 @@ def bench_ingest(
             bare_acked(kafka, topic, batch_records, BATCH, BATCH_CONCURRENCY),
         ]
         token = asyncio.run(_key(settings))
-        service = services.start("ingest", ["ingest"], shared, env, log_name=f"bench-ingest-{run}")
+        service = app_processes.start(
+            "ingest", ["ingest"], shared, env, log_name=f"bench-ingest-{run}"
+        )
         try:
-            services.wait_until(
-                lambda: services.http_ok(f"http://127.0.0.1:{port}/readyz"), service, 60, "ready"
+            app_processes.wait_until(
+                lambda: app_processes.http_ok(f"http://127.0.0.1:{port}/readyz"),
+                service,
+                60,
+                "ready",
             )
             cpu = lambda: process_cpu_s(service.process.pid)  # noqa: E731
             measured = _run(

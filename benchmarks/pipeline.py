@@ -45,12 +45,12 @@ from rich.progress import Progress
 from rich.table import Table
 
 from agents.definition import load_definition
+from devstack import app_processes
+from devstack.app_processes import Service
 from streams.admin import delete_prefixed, ensure_topics, topic_size
 from streams.kafka_config import aiokafka_kwargs
 from streams.settings import REPO_ROOT, Settings
 from streams.topics import Topics
-from ticketflow import services
-from ticketflow.services import Service
 from training.corpus import generate
 
 console = Console()
@@ -438,7 +438,7 @@ async def _ticketflow(
     """Throughput, latency and (one process, `recovery`) SIGKILL recovery of a worker
     running `workflow` in `processes` processes (CPU: the supervisor and its children)."""
     topics = Topics(f"bench-{run}.")
-    port = services.free_port()
+    port = app_processes.free_port()
     env = {
         "TICKETFLOW_TOPIC_PREFIX": topics.prefix,
         "TICKETFLOW_WORKER_WEB_PORT": str(port),
@@ -453,7 +453,7 @@ async def _ticketflow(
             "worker_id": "bench-1",
         }
     )
-    worker = services.start_worker(
+    worker = app_processes.start_worker(
         worker_settings, env, log_name=f"bench-worker-{run}", processes=processes
     )
     outs = [topics.out(r) for r in ("auto_classify", "manual_review", "after_sales")]
@@ -495,11 +495,11 @@ async def _recovery(
     settings: Settings,
     worker_settings: Settings,
     env: dict[str, str],
-    worker: services.Service,
+    worker: app_processes.Service,
     sinks: list[str],
     rate: float,
     run: str,
-) -> tuple[services.Service, dict[str, float]]:
+) -> tuple[app_processes.Service, dict[str, float]]:
     """SIGKILL the worker under steady load, start a successor with `env`: how long until
     results flow again, and how fast its table came back from the changelog."""
     topics = Topics(worker_settings.topic_prefix)
@@ -514,7 +514,7 @@ async def _recovery(
         worker.kill()
         killed = time.monotonic()
         worker = await asyncio.to_thread(
-            services.start_worker, worker_settings, env, f"bench-worker-{run}"
+            app_processes.start_worker, worker_settings, env, f"bench-worker-{run}"
         )
         ready_s = time.monotonic() - killed  # a new process, its table restored
         await consumer.seek_to_end()
@@ -610,12 +610,14 @@ def bench_pipeline(
 ) -> None:
     """Raw Kafka relay vs naive consumer vs ticketflow vs quix-streams: throughput, CPU,
     latency, steps."""
+    import devstack as stack
     from streams.settings import get_settings
-    from ticketflow import stack
 
     settings = get_settings()
     stack.up(settings)
-    gateway = None if services.gateway_ready(settings) else services.start_gateway(settings)
+    gateway = (
+        None if app_processes.gateway_ready(settings) else app_processes.start_gateway(settings)
+    )
     try:
         variants, skipped = asyncio.run(_bench(settings, tickets, out, processes, recovery))
     finally:

@@ -20,6 +20,7 @@ from typing import Any
 
 from rich.console import Console
 
+import devstack as stack
 from chaos.checks import check_exactly_once, flow_figures, per_second
 from chaos.children import Child, spawn_all
 from chaos.plan import STACK_PARTS, FaultPlan, Options, RoundPlan, draw_campaign
@@ -34,12 +35,12 @@ from chaos.report import (
 )
 from chaos.traffic import Traffic, corpus_texts, now_iso
 from chaos.watch import ROUTES, Seen, Watcher, locate, watched_topics
+from devstack import app_processes
+from devstack.process import log_tail
 from streams.admin import delete_prefixed
 from streams.kafka_config import confluent_config
 from streams.settings import Settings
 from streams.topics import Topics
-from ticketflow import services, stack
-from ticketflow.stack.process import log_tail
 
 console = Console()
 
@@ -113,17 +114,17 @@ class Campaign:
             raise ChaosError(f"{', '.join(down)} not up; run `ticketflow stack up` first")
 
     def _gateway_child(self) -> Child:
-        url = f"http://127.0.0.1:{services.free_port()}"
+        url = f"http://127.0.0.1:{app_processes.free_port()}"
         gs = self.s.model_copy(update={"gateway_url": url})
         return Child(
-            f"chaos-{self.run_id}-gateway", gs, ["gateway"], lambda: services.gateway_ready(gs)
+            f"chaos-{self.run_id}-gateway", gs, ["gateway"], lambda: app_processes.gateway_ready(gs)
         )
 
     def _worker_child(self, rs: Settings, index: int, i: int, static: bool) -> Child:
         assert self.gateway is not None
         ws = rs.model_copy(
             update={
-                "worker_web_port": services.free_port(),
+                "worker_web_port": app_processes.free_port(),
                 "gateway_url": self.gateway.settings.gateway_url,
                 "worker_id": f"w{i}" if static else None,
             }
@@ -131,7 +132,7 @@ class Campaign:
         name = f"chaos-{self.run_id}-r{index}-w{i}"
         # one process: a kill or freeze of the child is then one of a worker
         args = ["worker", "--loglevel", "warning", "--processes", "1"]
-        return Child(name, ws, args, lambda: services.worker_ready(ws))
+        return Child(name, ws, args, lambda: app_processes.worker_ready(ws))
 
     def restore(self) -> None:
         """Every stack part we stopped is started again, every child of ours runs again."""

@@ -7,8 +7,8 @@ import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from devstack import app_processes
 from streams.settings import Settings
-from ticketflow import services
 
 
 def child_env(s: Settings) -> dict[str, str]:
@@ -38,17 +38,17 @@ class Child:
     settings: Settings
     args: list[str]
     ready: Callable[[], bool]
-    service: services.Service | None = None
+    service: app_processes.Service | None = None
     down: bool = False  # killed by us and not started again yet
 
     def spawn(self) -> None:
         env = child_env(self.settings)
-        self.service = services.start(self.name, self.args, self.settings, env, self.name)
+        self.service = app_processes.start(self.name, self.args, self.settings, env, self.name)
         self.down = False
 
     def await_ready(self, timeout_s: float) -> None:
         assert self.service is not None
-        services.wait_until(self.ready, self.service, timeout_s, "ready")
+        app_processes.wait_until(self.ready, self.service, timeout_s, "ready")
 
     def kill(self) -> None:
         self.down = True

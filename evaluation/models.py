@@ -224,11 +224,11 @@ def _shared_triton() -> Triton:
 @contextlib.contextmanager
 def _own_triton() -> Iterator[Triton]:
     """A Triton of our own on free ports, serving the model repository as it is now."""
+    from devstack import app_processes
     from inference_gateway import triton_server
     from streams.settings import Settings
-    from ticketflow import services
 
-    grpc, http, metrics = (services.free_port() for _ in range(3))
+    grpc, http, metrics = (app_processes.free_port() for _ in range(3))
     log = Settings().state_dir / "logs" / f"triton-eval-{grpc}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     typer.echo(f"starting a Triton of our own on :{grpc} (log {log})")
@@ -242,16 +242,16 @@ def _own_triton() -> Iterator[Triton]:
 def _private_gateway(triton: Triton) -> Iterator[tuple[str, int]]:
     """A gateway of our own in front of `triton`, response cache off (a repeated text would
     be free): its URL and pid."""
+    from devstack import app_processes
     from streams.settings import Settings
-    from ticketflow import services
 
-    url = f"http://127.0.0.1:{services.free_port()}"
+    url = f"http://127.0.0.1:{app_processes.free_port()}"
     env = {
         "TICKETFLOW_GATEWAY_URL": url,
         "TICKETFLOW_GATEWAY_CACHE_SIZE": "0",
         "TICKETFLOW_TRITON_GRPC": triton.grpc,
     }
-    service = services.start_gateway(Settings(gateway_url=url), env)
+    service = app_processes.start_gateway(Settings(gateway_url=url), env)
     try:
         yield url, service.process.pid
     finally:

@@ -1,4 +1,5 @@
-"""The data layer's Prometheus metrics (the first three names are a contract: DESIGN.md)."""
+"""The data layer's Prometheus metrics (the first three names are a contract:
+docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 in tests and the benchmark, which must not pick up the environment by accident).
 
 The gateway may import only `schemas`, so it reads the shared contract names itself
-(DESIGN.md, "Settings and default ports", "Security") instead of importing `streams.settings`.
+(docs/architecture.md, "Settings and default ports", "Security") instead of importing
+`streams.settings`.
 """
 
 from __future__ import annotations
@@ -164,7 +165,7 @@ class GatewaySettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="TICKETFLOW_", env_file=".env", extra="ignore")
 
-    # shared contract names (DESIGN.md)
+    # shared contract names (docs/architecture.md)
     triton_grpc: str = DEFAULT_TRITON_GRPC
     gateway_url: str = DEFAULT_GATEWAY_URL  # where the gateway listens: its host and port
     kafka_bootstrap: str = DEFAULT_KAFKA_BOOTSTRAP

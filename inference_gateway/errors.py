@@ -1,4 +1,4 @@
-"""The one exception the gateway raises, carrying a contract error code (DESIGN.md).
+"""The one exception the gateway raises, carrying a contract error code (docs/architecture.md).
 
 Every layer (Triton client, batcher, HTTP server, HTTP client) speaks `GatewayError`, so a
 caller decides what to do from `code` and `retryable` alone, never from exception types.

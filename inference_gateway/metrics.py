@@ -1,4 +1,4 @@
-"""The gateway's Prometheus metrics; names are a contract (DESIGN.md, "Observability").
+"""The gateway's Prometheus metrics; names are a contract (docs/architecture.md, "Observability").
 
 Defined once per process, in the default registry, so that `GET /metrics` serves them and
 several batchers (one per model version) share the same families. The contract names carry

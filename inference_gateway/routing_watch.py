@@ -40,7 +40,7 @@ TOPIC = "config.routing"
 
 
 def routing_topic(prefix: str = "") -> str:
-    """The topic name: TICKETFLOW_TOPIC_PREFIX + "config.routing" (DESIGN.md, Topics)."""
+    """The topic name: TICKETFLOW_TOPIC_PREFIX + "config.routing" (docs/architecture.md, Topics)."""
     return f"{prefix}{TOPIC}"
 
 
@@ -87,7 +87,7 @@ class _Rebuild(Exception):
 
 
 def kafka_security(env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """librdkafka's security settings from the TICKETFLOW_KAFKA_* variables (DESIGN.md,
+    """librdkafka's security settings from the TICKETFLOW_KAFKA_* variables (docs/architecture.md,
     "Security"), read here because this layer does not import `streams`; the same rules as
     streams/kafka_config.py. Empty for PLAINTEXT."""
     env = os.environ if env is None else env

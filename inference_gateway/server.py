@@ -1,4 +1,4 @@
-"""The gateway's HTTP API on aiohttp (DESIGN.md, "Inference gateway API").
+"""The gateway's HTTP API on aiohttp (docs/architecture.md, "Inference gateway API").
 
     POST /v1/models/{model}/predict   PredictRequest -> PredictResponse, or an error body
     GET  /healthz                     the process is alive

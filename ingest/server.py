@@ -1,4 +1,4 @@
-"""Ingest's HTTP API on aiohttp (DESIGN.md, "Access layer: HTTP ingest").
+"""Ingest's HTTP API on aiohttp (docs/architecture.md, "Access layer: HTTP ingest").
 
     POST /v1/tickets             a Ticket or {"tickets": [...]} -> 202 / 207, or a problem
     GET  /v1/tickets/{ticket_id} the ticket's state, and its result once done

@@ -1,4 +1,4 @@
-"""The inference gateway's HTTP API (DESIGN.md, "Inference gateway API")."""
+"""The inference gateway's HTTP API (docs/architecture.md, "Inference gateway API")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The canary routing config published on `config.routing` (DESIGN.md, "Routing config")."""
+"""The canary routing config published on `config.routing` (docs/architecture.md,
+"Routing config")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Record headers: W3C trace context and the dead-letter context of DESIGN.md."""
+"""Record headers: W3C trace context and the dead-letter context of docs/architecture.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The one place a Redis client is built (DESIGN.md, "Security (contract for settings)").
+"""The one place a Redis client is built (docs/architecture.md, "Security (contract for settings)").
 
 Credentials and TLS travel in `TICKETFLOW_REDIS_URL` (`rediss://user:pass@host:port/db`) and
 the CA in `TICKETFLOW_REDIS_CA_FILE`. Every client of the project (the feature job, reader and

@@ -4,7 +4,8 @@ own knobs as nested groups (`settings.features`: TICKETFLOW_FEATURES_*, `setting
 TICKETFLOW_INGEST_*), each under the variable names it always had. docs/settings.md lists
 every variable; tests/unit/test_settings_doc.py keeps that list complete.
 
-The names and defaults are a contract (DESIGN.md, "Settings and default ports"). Secrets are
+The names and defaults are a contract (docs/architecture.md, "Settings and default
+ports"). Secrets are
 `SecretStr`: a repr, a log line or a traceback shows '**********'. Nothing is cached: a
 service builds its `Settings()` once at start and passes it down.
 """
@@ -53,11 +54,12 @@ class FeatureSettings(BaseSettings):
 
 
 # ---- the access layer: TICKETFLOW_INGEST_* ---------------------------------------------------
-# The shared contract names (DESIGN.md, "Settings and default ports") are read under their own
-# names too, so one environment configures every service, and ingest's own name wins.
+# The shared contract names (docs/architecture.md, "Settings and default ports") are read
+# under their own names too, so one environment configures every service, and ingest's own
+# name wins.
 
 
-# the largest batch DESIGN.md allows
+# the largest batch docs/architecture.md allows
 MAX_BATCH = 500
 
 
@@ -75,7 +77,7 @@ class IngestSettings(BaseSettings):
         env_ignore_empty=True,
     )
 
-    # where clients find ingest (DESIGN.md); the bind address and port default to its own
+    # where clients find ingest (docs/architecture.md); the bind address and port default to its own
     url: str = "http://127.0.0.1:8090"
     host: str = "127.0.0.1"
     port: int = Field(8090, ge=0, le=65535)
@@ -88,7 +90,7 @@ class IngestSettings(BaseSettings):
     redis_url: SecretStr = Field(
         SecretStr("redis://127.0.0.1:6379/0"), validation_alias=_shared("REDIS_URL")
     )
-    # the CA of a rediss:// URL (DESIGN.md, "Security"); unset: the system's trust store
+    # the CA of a rediss:// URL (docs/architecture.md, "Security"); unset: the system's trust store
     redis_ca_file: Path | None = Field(None, validation_alias=_shared("REDIS_CA_FILE"))
     # every Redis key ingest and `ticketflow keys|limits` use starts with this
     redis_prefix: str = "ticketflow:ingest:"
@@ -177,7 +179,7 @@ class Settings(BaseSettings):
     triton_grpc: str = "127.0.0.1:8001"
     triton_http_port: int = 8000
     triton_metrics_port: int = 8002
-    # the local stack's Prometheus (ticketflow/stack/prometheus.py; docs/operations.md)
+    # the local stack's Prometheus (devstack/prometheus.py; docs/operations.md)
     prometheus_port: int = Field(9090, ge=1, le=65535)
     gateway_url: str = "http://127.0.0.1:8088"
     state_dir: Path = REPO_ROOT / ".stack"
@@ -201,7 +203,7 @@ class Settings(BaseSettings):
     worker_id: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]{0,128}$")
     # the steps this worker runs, comma-separated (`ticketflow worker --steps`); empty: every
     # step. Without the state-keeping steps it is a pool: a consumer group of its own and no
-    # state table (agents/pools.py; docs/workflow.md, "Scaling steps on their own")
+    # state table (agents/step_selection.py; docs/workflow.md, "Scaling steps on their own")
     worker_steps: str = ""
     workflow_file: Path = REPO_ROOT / "agents" / "workflows" / "ticket_classify.yaml"
     # which workflow each new ticket takes (schemas/selection.py): unset, `selector.yaml`
@@ -214,7 +216,7 @@ class Settings(BaseSettings):
     # Kafka controller port of the local single-node KRaft stack
     kafka_controller_port: int = 9093
 
-    # ---- Kafka security (DESIGN.md "Security"; docs/security.md) -----------------------------
+    # ---- Kafka security (docs/architecture.md "Security"; docs/security.md) ---------------
     # streams/kafka_config.py is the one place that turns these into client configurations
     kafka_security_protocol: Literal["PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     kafka_sasl_mechanism: Literal["SCRAM-SHA-512"] = "SCRAM-SHA-512"

@@ -1,4 +1,4 @@
-"""The `ticketflow` command line (DESIGN.md, "Command line")."""
+"""The `ticketflow` command line (docs/architecture.md, "Command line")."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def stack_up(
     ] = False,
 ) -> None:
     """Start Kafka, Redis, Triton and Prometheus (those not already running); wait until healthy."""
-    from ticketflow import stack
+    import devstack as stack
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     parts = stack.SECURE_PARTS if secure else stack.PARTS
@@ -82,14 +82,14 @@ def stack_up(
         console.print(f"[red]stack up failed:[/] {exc}")
         raise typer.Exit(1) from exc
     if secure:
-        from ticketflow.stack import kafka_secure
+        from devstack import kafka_secure
 
         where = kafka_secure.secrets_dir(_settings())
         console.print(
             f"secured Kafka: credentials in {where} (values not shown); a client as the worker "
             f"principal: [bold]set -a; . {where}/worker.env; set +a[/]"
         )
-        from ticketflow.stack import redis_secure
+        from devstack import redis_secure
 
         console.print(
             f"secured Redis: rediss:// on :{redis_secure.port()}, credentials in "
@@ -105,17 +105,19 @@ def stack_up(
 @stack_app.command("down")
 def stack_down(secure: SecureOpt = False) -> None:
     """Stop what `stack up` started (with --secure: the secured broker and Redis alone)."""
-    from ticketflow import services, stack
+    import devstack as stack
+    from devstack import app_processes
 
     if not secure:  # the demo's detached gateway, feature job and worker first
-        services.stop_detached(_settings())
+        app_processes.stop_detached(_settings())
     stack.down(_settings(), ["kafka-secure", "redis-secure"] if secure else None)
 
 
 @stack_app.command("status")
 def stack_status(secure: SecureOpt = False) -> None:
     """Health of each part of the local stack, and of the demo's detached services."""
-    from ticketflow import services, stack
+    import devstack as stack
+    from devstack import app_processes
 
     # narrow columns, long ones cut with an ellipsis: readable in 80 columns
     table = Table("part", "health", "pid", "ports")
@@ -124,7 +126,7 @@ def stack_status(secure: SecureOpt = False) -> None:
     for part in stack.status(_settings(), secure=secure):
         healthy &= part.healthy
         table.add_row(*_status_row(part))
-    for part in [] if secure else services.detached_status(_settings()):
+    for part in [] if secure else app_processes.detached_status(_settings()):
         table.add_row(*_status_row(part))
     console.print(table)
     if not healthy:
@@ -169,7 +171,7 @@ def worker(
     ] = None,
 ) -> None:
     """Run a workflow worker (one Faust agent per step; `--steps` for some of them)."""
-    from agents.pools import StepSetError
+    from agents.step_selection import StepSetError
     from agents.worker import run_worker, worker_steps
     from ticketflow.supervisor import cores_available
 
@@ -206,7 +208,7 @@ def _supervise(settings: Settings, processes: int, loglevel: str, steps: str | N
 def _scraped(settings: Settings, ports: list[int]):
     """The local Prometheus scrapes the stack's worker's other children too (its static
     target is the default port, child 0's); a test's or bench's worker is left alone."""
-    from ticketflow.stack import prometheus
+    from devstack import prometheus
 
     default = Settings.model_fields["worker_web_port"].default
     if settings.worker_web_port != default or settings.topic_prefix:

@@ -21,10 +21,12 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+import devstack as stack
+from devstack import app_processes
 from streams.kafka_config import confluent_config
 from streams.settings import Settings
 from streams.topics import Topics
-from ticketflow import kafka_io, services, stack
+from ticketflow import kafka_io
 from training.corpus import generate
 
 console = Console()
@@ -65,8 +67,8 @@ def run_demo(settings: Settings, count: int) -> None:
 def _start_everything(settings: Settings) -> None:
     console.print("bringing up the local stack …")
     _stack_up(settings)
-    for part in services.APP_PARTS:
-        console.print(f"  {services.start_detached(settings, part.name)}")
+    for part in app_processes.APP_PARTS:
+        console.print(f"  {app_processes.start_detached(settings, part.name)}")
     _wait_views_built(settings)
 
 
@@ -222,7 +224,7 @@ def _examples(results: list[dict]) -> list[dict]:
 
 
 def _where_to_look(settings: Settings, results: list[dict], started: datetime) -> None:
-    from ticketflow.stack import prometheus
+    from devstack import prometheus
 
     repeat = [r for r in results if int(r["ticket_id"].rsplit("-", 1)[1]) >= USERS]
     ticket = (repeat or results or [{"ticket_id": "<ticket id>"}])[0]["ticket_id"]

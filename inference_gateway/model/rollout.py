@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from inference_gateway.cli import publish, publish_record, read_configs
 from inference_gateway.routing import DEFAULT_CONFIG, triton_version
+from inference_gateway.routing_store import publish, publish_record, read_configs
 from inference_gateway.routing_watch import routing_topic
 from inference_gateway.topic_scan import scan_topic
 from schemas.routing import RoutingConfig

@@ -14,9 +14,10 @@ from collections.abc import Iterator
 
 import pytest
 
+import devstack as stack
+from devstack import app_processes
+from devstack.process import log_tail
 from streams.settings import Settings
-from ticketflow import services, stack
-from ticketflow.stack.process import log_tail
 
 RUN = uuid.uuid4().hex[:8]
 
@@ -26,7 +27,7 @@ def settings() -> Settings:
     prefix = f"it{RUN}."
     env = {
         "TICKETFLOW_TOPIC_PREFIX": prefix,
-        "TICKETFLOW_WORKER_WEB_PORT": str(services.free_port()),
+        "TICKETFLOW_WORKER_WEB_PORT": str(app_processes.free_port()),
     }
     os.environ.update(env)
     return Settings()
@@ -39,22 +40,22 @@ def live_stack(settings: Settings) -> Settings:
 
 
 @pytest.fixture(scope="session")
-def gateway(live_stack: Settings) -> Iterator[services.Service | None]:
-    if services.http_ok(live_stack.gateway_url.rstrip("/") + "/healthz"):
+def gateway(live_stack: Settings) -> Iterator[app_processes.Service | None]:
+    if app_processes.http_ok(live_stack.gateway_url.rstrip("/") + "/healthz"):
         # someone's gateway is already serving: use it, once Triton answers through it
         deadline = time.monotonic() + 90
-        while not services.gateway_ready(live_stack) and time.monotonic() < deadline:
+        while not app_processes.gateway_ready(live_stack) and time.monotonic() < deadline:
             time.sleep(0.5)
         yield None
         return
-    service = services.start_gateway(live_stack)
+    service = app_processes.start_gateway(live_stack)
     yield service
     service.stop()
 
 
 @pytest.fixture(scope="session")
-def worker(live_stack: Settings, gateway) -> Iterator[services.Service]:
-    service = services.start_worker(live_stack, log_name=f"worker-{RUN}")
+def worker(live_stack: Settings, gateway) -> Iterator[app_processes.Service]:
+    service = app_processes.start_worker(live_stack, log_name=f"worker-{RUN}")
     yield service
     service.stop()
 
@@ -72,7 +73,7 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     service = getattr(item, "funcargs", {}).get("worker")
-    if report.failed and isinstance(service, services.Service):
+    if report.failed and isinstance(service, app_processes.Service):
         title = f"{service.log_path.name} (last lines)"
         tail = log_tail(service.log_path, 60, max_bytes=1 << 20, drop=LOG_NOISE)
         report.sections.append((title, tail))

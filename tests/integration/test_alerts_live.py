@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
+import devstack as stack
+from devstack import app_processes, prometheus, redis_server
 from streams.admin import delete_prefixed
 from streams.settings import Settings
-from ticketflow import services, stack
-from ticketflow.stack import prometheus, redis_server
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +37,7 @@ class SecondRedis:
     """A redis-server of this module alone, in a temporary folder."""
 
     def __init__(self, tmp: Path) -> None:
-        self.port = services.free_port()
+        self.port = app_processes.free_port()
         self.settings = Settings(state_dir=tmp, redis_url=f"redis://127.0.0.1:{self.port}/0")
         binary = redis_server.find_redis_server()
         if binary is None:
@@ -103,15 +103,15 @@ def second_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecondRed
 @pytest.fixture(scope="module")
 def probing_worker(
     prom: Settings, second_redis: SecondRedis
-) -> Iterator[tuple[services.Service, str]]:
-    port = services.free_port()
+) -> Iterator[tuple[app_processes.Service, str]]:
+    port = app_processes.free_port()
     env = {
         "TICKETFLOW_TOPIC_PREFIX": PREFIX,
         "TICKETFLOW_WORKER_WEB_PORT": str(port),
         "TICKETFLOW_REDIS_URL": second_redis.settings.redis_url.get_secret_value(),
     }
     args = ["worker", "--loglevel", "warning", "--processes", "1"]
-    service = services.start("worker", args, prom, env, log_name=f"worker-live-{RUN}")
+    service = app_processes.start("worker", args, prom, env, log_name=f"worker-live-{RUN}")
     address = f"127.0.0.1:{port}"
     path = prometheus.register_target(prom, "worker", address, f"itlive-{RUN}")
     try:
@@ -123,7 +123,7 @@ def probing_worker(
 
 
 def test_redis_stopped_fires_redis_down_then_a_killed_worker_fires_worker_down(
-    prom: Settings, second_redis: SecondRedis, probing_worker: tuple[services.Service, str]
+    prom: Settings, second_redis: SecondRedis, probing_worker: tuple[app_processes.Service, str]
 ) -> None:
     worker, address = probing_worker
     up = f'workflow_dependency_up{{dependency="redis", instance="{address}"}}'

@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
+import devstack as stack
 from chaos.campaign import Campaign
 from chaos.plan import FAULT_KINDS, Options, draw_campaign
 from chaos.report import write_report
+from devstack import app_processes
 from streams.settings import Settings
-from ticketflow import services, stack
 
 pytestmark = pytest.mark.integration
 
@@ -61,9 +62,9 @@ def _make_whole(settings: Settings) -> None:
     """Whatever the campaign left down is started again (idempotent for what is up), and a
     gateway of the session's waits until it reaches Triton again."""
     stack.up(settings)
-    if services.http_ok(settings.gateway_url.rstrip("/") + "/healthz"):
+    if app_processes.http_ok(settings.gateway_url.rstrip("/") + "/healthz"):
         deadline = time.monotonic() + 90
-        while not services.gateway_ready(settings) and time.monotonic() < deadline:
+        while not app_processes.gateway_ready(settings) and time.monotonic() < deadline:
             time.sleep(0.5)
 
 

@@ -6,7 +6,7 @@ a topic prefix of its own (so its tickets and dead letter never reach another mo
 collectors), serve the load: tickets POSTed to ingest go through the worker, the gateway and
 Triton, the feature job counts them into Redis, and one unparseable record is dead-lettered.
 The worker, ingest and feature job run on free ports, so they are registered with Prometheus
-as file_sd targets (ticketflow/stack/prometheus.py) for the length of the module.
+as file_sd targets (devstack/prometheus.py) for the length of the module.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ import pytest
 import redis as redis_sync
 import redis.asyncio as aioredis
 
+import devstack as stack
+from devstack import app_processes, prometheus
 from ingest.keys import KeyStore
 from streams.settings import REPO_ROOT, Settings
 from streams.topics import Topics
 from tests.integration.kafka_helpers import ROUTES, collect, keys_with, plain_producer, tickets
-from ticketflow import services, stack
-from ticketflow.stack import prometheus
 
 pytestmark = pytest.mark.integration
 
@@ -76,14 +76,14 @@ def dash_stack(live_stack: Settings, gateway) -> Iterator[Settings]:
     settings = live_stack.model_copy(
         update={
             "topic_prefix": f"{live_stack.topic_prefix}dash{RUN}.",
-            "worker_web_port": services.free_port(),
+            "worker_web_port": app_processes.free_port(),
         }
     )
     env = {
         "TICKETFLOW_TOPIC_PREFIX": settings.topic_prefix,
         "TICKETFLOW_WORKER_WEB_PORT": str(settings.worker_web_port),
     }
-    worker = services.start_worker(settings, env, log_name=f"worker-dash-{RUN}")
+    worker = app_processes.start_worker(settings, env, log_name=f"worker-dash-{RUN}")
     try:
         yield settings
     finally:
@@ -101,18 +101,20 @@ def prom(dash_stack: Settings) -> Iterator[Settings]:
 
 @pytest.fixture(scope="module")
 def ingest_url(prom: Settings) -> Iterator[str]:
-    port = services.free_port()
+    port = app_processes.free_port()
     env = {
         "TICKETFLOW_TOPIC_PREFIX": prom.topic_prefix,
         "TICKETFLOW_INGEST_PORT": str(port),
         "TICKETFLOW_INGEST_REDIS_PREFIX": INGEST_PREFIX,
     }
-    service = services.start("ingest", ["ingest"], prom, env, log_name=f"ingest-dash-{RUN}")
+    service = app_processes.start("ingest", ["ingest"], prom, env, log_name=f"ingest-dash-{RUN}")
     url = f"http://127.0.0.1:{port}"
     ADDRESS["ingest"] = f"127.0.0.1:{port}"
     path = prometheus.register_target(prom, "ingest", ADDRESS["ingest"], f"itdash-{RUN}")
     try:
-        services.wait_until(lambda: services.http_ok(url + "/readyz"), service, 60, "ready")
+        app_processes.wait_until(
+            lambda: app_processes.http_ok(url + "/readyz"), service, 60, "ready"
+        )
         yield url
     finally:
         prometheus.unregister_target(path)
@@ -121,8 +123,8 @@ def ingest_url(prom: Settings) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def feature_job(prom: Settings) -> Iterator[services.Service]:
-    port = services.free_port()
+def feature_job(prom: Settings) -> Iterator[app_processes.Service]:
+    port = app_processes.free_port()
     env = {
         "TICKETFLOW_TOPIC_PREFIX": prom.topic_prefix,
         "TICKETFLOW_FEATURES_WEB_PORT": str(port),
@@ -130,12 +132,12 @@ def feature_job(prom: Settings) -> Iterator[services.Service]:
         "TICKETFLOW_FEATURES_DRIFT_ENABLED": "false",
     }
     args = ["features", "run"]
-    service = services.start("features", args, prom, env, log_name=f"features-dash-{RUN}")
+    service = app_processes.start("features", args, prom, env, log_name=f"features-dash-{RUN}")
     ADDRESS["features"] = f"127.0.0.1:{port}"
     path = prometheus.register_target(prom, "features", ADDRESS["features"], f"itdash-{RUN}")
     try:
         ready = f"http://127.0.0.1:{port}/ready"
-        services.wait_until(lambda: services.http_ok(ready), service, 90, "ready")
+        app_processes.wait_until(lambda: app_processes.http_ok(ready), service, 90, "ready")
         yield service
     finally:
         prometheus.unregister_target(path)
@@ -176,7 +178,7 @@ def post(url: str, token: str, payload: dict) -> int:
 
 
 @pytest.fixture(scope="module")
-def load(prom: Settings, ingest_url: str, feature_job: services.Service) -> Settings:
+def load(prom: Settings, ingest_url: str, feature_job: app_processes.Service) -> Settings:
     """Tickets through ingest to a result, one record dead-lettered at validate."""
     topics = Topics(prom.topic_prefix)
     batch = [

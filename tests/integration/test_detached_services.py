@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from devstack import app_processes, process
 from streams.settings import Settings
-from ticketflow import services
-from ticketflow.stack import process
 
 
 @pytest.fixture
@@ -24,7 +23,7 @@ def own(
     # the child reads the environment, as the demo's do
     env = {
         "TICKETFLOW_STATE_DIR": str(tmp_path / "state"),
-        "TICKETFLOW_FEATURES_WEB_PORT": str(services.free_port()),
+        "TICKETFLOW_FEATURES_WEB_PORT": str(app_processes.free_port()),
         "TICKETFLOW_TOPIC_PREFIX": f"det{uuid.uuid4().hex[:8]}.",
     }
     for key, value in env.items():
@@ -36,22 +35,22 @@ def own(
 
 
 def test_a_detached_service_outlives_its_start_and_stop_detached_ends_it(own: Settings) -> None:
-    said = services.start_detached(own, "features")
+    said = app_processes.start_detached(own, "features")
     pid_file = process.pid_path(own, "features")
     record = process.live_record(pid_file)
     assert record is not None and said == f"features: started, pid {record.pid}"
     assert process.log_path(own, "features").read_text().strip()
     try:
         # a second start finds it serving and starts nothing
-        assert services.start_detached(own, "features") == "features: already running"
-        (status,) = [s for s in services.detached_status(own) if s.name == "features"]
+        assert app_processes.start_detached(own, "features") == "features: already running"
+        (status,) = [s for s in app_processes.detached_status(own) if s.name == "features"]
         assert status.healthy and status.ours and status.pid == record.pid
         assert status.ports == (own.features.web_port,)
     finally:
-        stopped = services.stop_detached(own)
+        stopped = app_processes.stop_detached(own)
     assert stopped == ["features"]
     assert not process.record_alive(record)
     assert not pid_file.exists()
-    features = next(p for p in services.APP_PARTS if p.name == "features")
+    features = next(p for p in app_processes.APP_PARTS if p.name == "features")
     assert not features.ready(own)
-    assert services.stop_detached(own) == []
+    assert app_processes.stop_detached(own) == []

@@ -15,12 +15,13 @@ from pathlib import Path
 import orjson
 import pytest
 
+import devstack as stack
 from benchmarks.pipeline import fused_definition
+from devstack import app_processes
 from streams.admin import topic_size
 from streams.settings import Settings
 from streams.topics import Topics
 from tests.integration.kafka_helpers import ROUTES, Collector, publish, tickets, trace_keys
-from ticketflow import services, stack
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +32,7 @@ class PrivatePipeline:
     def __init__(self, **env: str) -> None:
         self.env = {
             "TICKETFLOW_TOPIC_PREFIX": f"f{uuid.uuid4().hex[:8]}.",
-            "TICKETFLOW_WORKER_WEB_PORT": str(services.free_port()),
+            "TICKETFLOW_WORKER_WEB_PORT": str(app_processes.free_port()),
             **env,
         }
         self.settings = Settings(
@@ -39,14 +40,14 @@ class PrivatePipeline:
         )
         self.topics = Topics(self.settings.topic_prefix)
         self.watch = Collector(self.settings.kafka_bootstrap, [self.topics.out(r) for r in ROUTES])
-        self.worker: services.Service | None = None
+        self.worker: app_processes.Service | None = None
         self._starts = 0
 
     def start_worker(self) -> None:
         self._starts += 1
         name = f"worker-{self.settings.topic_prefix}{self._starts}"
         # at info, so that a lost ticket's failure message can quote what the workers did
-        self.worker = services.start_worker(self.settings, self.env, name, loglevel="info")
+        self.worker = app_processes.start_worker(self.settings, self.env, name, loglevel="info")
 
     def publish(self, batch: list[dict], rate: float | None = None) -> None:
         publish(self.settings.kafka_bootstrap, self.topics.tickets_in, batch, rate)
@@ -200,7 +201,7 @@ def test_triton_outage_opens_the_breaker_degrades_and_recovers(pipeline):
     assert all(r["route"] in {"manual_review", "after_sales"} for r in degraded)
     # Triton is back (and the gateway's channel to it reconnected): the breaker's probe
     # succeeds and tickets classify again
-    wait_for(lambda: services.gateway_ready(pipeline.settings), 90, "the gateway to be ready")
+    wait_for(lambda: app_processes.gateway_ready(pipeline.settings), 90, "the gateway to be ready")
     wait_for(lambda: _breaker(pipeline.env) != 2.0, 30, "the breaker to half-open")
     after = tickets(200, "tri-after", seed=46)
     pipeline.publish(after, rate=20)
@@ -265,12 +266,12 @@ def _completed(env: dict[str, str]) -> float:
 
 
 def test_two_workers_split_the_partitions_and_a_kill_of_one_doubles_nothing(pipeline):
-    second_env = {**pipeline.env, "TICKETFLOW_WORKER_WEB_PORT": str(services.free_port())}
+    second_env = {**pipeline.env, "TICKETFLOW_WORKER_WEB_PORT": str(app_processes.free_port())}
     second_settings = pipeline.settings.model_copy(
         update={"worker_web_port": int(second_env["TICKETFLOW_WORKER_WEB_PORT"])}
     )
     name = f"worker-{pipeline.settings.topic_prefix}second"
-    second = services.start_worker(second_settings, second_env, log_name=name)
+    second = app_processes.start_worker(second_settings, second_env, log_name=name)
     try:
         batch = tickets(3000, "two", seed=46)
         pipeline.publish(batch[:1500], rate=300)

@@ -111,7 +111,7 @@ def env(tmp_path_factory):
         client.ping()
         AdminClient({"bootstrap.servers": settings.kafka_bootstrap}).list_topics(timeout=5)
     except Exception:
-        from ticketflow import stack
+        import devstack as stack
 
         stack.up(settings)
     topic_prefix = f"itf{RUN}."

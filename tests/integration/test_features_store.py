@@ -194,8 +194,8 @@ def shared_redis():
     try:
         client.ping()
     except redis.RedisError:
+        import devstack as stack
         from streams.settings import Settings
-        from ticketflow import stack
 
         stack.up(Settings())
     return client

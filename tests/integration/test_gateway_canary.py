@@ -16,10 +16,11 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from typer.testing import CliRunner
 
-from inference_gateway.cli import config_app, publish
+from inference_gateway.cli import config_app
 from inference_gateway.client import GatewayClient
 from inference_gateway.config import GatewayConfig
 from inference_gateway.routing import bucket_of
+from inference_gateway.routing_store import publish
 from inference_gateway.routing_watch import routing_topic
 from inference_gateway.server import GatewayServer
 from inference_gateway.triton import TritonClient

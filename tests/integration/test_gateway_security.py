@@ -19,16 +19,16 @@ import pytest
 from tritonclient.grpc.aio import InferenceServerClient
 from tritonclient.utils import InferenceServerException
 
-from inference_gateway.cli import publish
+from devstack import app_processes
 from inference_gateway.client import GatewayClient
 from inference_gateway.config import largest_legal_body
 from inference_gateway.errors import ErrorCode, GatewayError
+from inference_gateway.routing_store import publish
 from inference_gateway.routing_watch import routing_topic
 from inference_gateway.triton import INPUT_NAME, encode_texts
 from schemas.gateway import PredictInput
 from schemas.routing import RoutingConfig
 from streams.settings import Settings
-from ticketflow import services
 
 pytestmark = pytest.mark.integration
 
@@ -41,18 +41,20 @@ CAP = 2
 
 @pytest.fixture(scope="module")
 def gateway_url(live_stack: Settings) -> Iterator[str]:
-    port = services.free_port()
+    port = app_processes.free_port()
     url = f"http://127.0.0.1:{port}"
     env = {
         "TICKETFLOW_GATEWAY_URL": url,
         "TICKETFLOW_GATEWAY_TOKEN": TOKEN,
         "TICKETFLOW_GATEWAY_MAX_CONCURRENT_REQUESTS": str(CAP),
     }
-    service = services.start(
+    service = app_processes.start(
         "gateway", ["gateway"], live_stack, env, log_name=f"gateway-security-{port}"
     )
     try:
-        services.wait_until(lambda: services.http_ok(f"{url}/readyz"), service, 90, "ready")
+        app_processes.wait_until(
+            lambda: app_processes.http_ok(f"{url}/readyz"), service, 90, "ready"
+        )
         yield url
     finally:
         service.stop()

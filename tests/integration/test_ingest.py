@@ -32,6 +32,7 @@ import redis as redis_sync
 from aiohttp.test_utils import TestServer
 from confluent_kafka import Producer
 
+from devstack import app_processes
 from ingest.http_fields import parse_traceparent
 from ingest.idempotency import IdempotencyStore, fingerprint
 from ingest.keys import TOKEN_RE, KeyStore
@@ -43,7 +44,7 @@ from schemas.tickets import TicketResult
 from streams.admin import ensure_topics
 from streams.settings import Settings
 from streams.topics import Topics
-from ticketflow import kafka_io, services
+from ticketflow import kafka_io
 
 pytestmark = pytest.mark.integration
 
@@ -109,7 +110,7 @@ def worker_view() -> Iterator[FakeWorkerView]:
 def env(ingest_stack: Settings, worker_view: FakeWorkerView) -> dict[str, str]:
     return {
         "TICKETFLOW_TOPIC_PREFIX": ingest_stack.topic_prefix,
-        "TICKETFLOW_INGEST_PORT": str(services.free_port()),
+        "TICKETFLOW_INGEST_PORT": str(app_processes.free_port()),
         "TICKETFLOW_INGEST_REDIS_PREFIX": REDIS_PREFIX,
         "TICKETFLOW_INGEST_BODY_LIMIT_BYTES": str(BODY_LIMIT),
         "TICKETFLOW_INGEST_WORKER_URL": worker_view.url,
@@ -123,8 +124,8 @@ def ingest_url(ingest_stack: Settings, env: dict[str, str]) -> Iterator[str]:
     names = [topics.tickets_in, topics.dlq, *(topics.out(r) for r in ROUTES)]
     ensure_topics(ingest_stack, {n: {} for n in names})
     url = f"http://127.0.0.1:{env['TICKETFLOW_INGEST_PORT']}"
-    service = services.start("ingest", ["ingest"], ingest_stack, env, log_name=f"ingest-{RUN}")
-    services.wait_until(lambda: services.http_ok(url + "/readyz"), service, 60, "ready")
+    service = app_processes.start("ingest", ["ingest"], ingest_stack, env, log_name=f"ingest-{RUN}")
+    app_processes.wait_until(lambda: app_processes.http_ok(url + "/readyz"), service, 60, "ready")
     yield url
     service.stop()
     # the keys, limits, buckets and index entries of this run, from the shared Redis
@@ -544,7 +545,7 @@ async def test_kafka_unavailable_is_503(redis: Any, ingest_stack: Settings) -> N
     """A producer pointed at a closed port: nothing is acknowledged, nothing is 202."""
     token, _ = await new_key(redis)
     settings = ingest_settings(
-        kafka_bootstrap=f"127.0.0.1:{services.free_port()}",
+        kafka_bootstrap=f"127.0.0.1:{app_processes.free_port()}",
         produce_timeout_s=1.0,
         index_results=False,
         worker_url="off",

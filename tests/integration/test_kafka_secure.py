@@ -16,14 +16,15 @@ import orjson
 import pytest
 from confluent_kafka import KafkaError, Producer, TopicPartition
 
+import devstack as stack
+from devstack import app_processes, kafka_secure
 from streams.admin import delete_prefixed
 from streams.kafka_config import confluent_config
 from streams.settings import Settings
 from streams.topics import Topics
 from streams.watermarks import watermarks
 from tests.integration.kafka_helpers import ROUTES, body, tickets
-from ticketflow import kafka_io, services, stack
-from ticketflow.stack import kafka_secure
+from ticketflow import kafka_io
 
 pytestmark = pytest.mark.integration
 
@@ -105,13 +106,13 @@ def test_ingest_may_write_tickets_in_and_not_a_step_topic(secure):
 
 
 def test_the_pipeline_runs_end_to_end_on_the_secured_broker(secure, gateway):
-    worker_s = secure["worker"].model_copy(update={"worker_web_port": services.free_port()})
+    worker_s = secure["worker"].model_copy(update={"worker_web_port": app_processes.free_port()})
     env = {
         **kafka_secure.client_env(worker_s, "worker"),
         "TICKETFLOW_TOPIC_PREFIX": worker_s.topic_prefix,
         "TICKETFLOW_WORKER_WEB_PORT": str(worker_s.worker_web_port),
     }
-    worker = services.start_worker(
+    worker = app_processes.start_worker(
         worker_s, env=env, log_name=f"worker-secure-{uuid.uuid4().hex[:6]}"
     )
     try:

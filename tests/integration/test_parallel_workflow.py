@@ -16,10 +16,10 @@ import orjson
 import pytest
 import yaml
 
+from devstack import app_processes
 from streams.settings import Settings
 from streams.topics import Topics
 from tests.integration.kafka_helpers import ROUTES, Collector, publish, tickets
-from ticketflow import services
 
 pytestmark = pytest.mark.integration
 
@@ -64,14 +64,14 @@ def write_workflows(folder: Path) -> Path:
 def private(tmp_path, live_stack, gateway):
     env = {
         "TICKETFLOW_TOPIC_PREFIX": f"par{uuid.uuid4().hex[:8]}.",
-        "TICKETFLOW_WORKER_WEB_PORT": str(services.free_port()),
+        "TICKETFLOW_WORKER_WEB_PORT": str(app_processes.free_port()),
         "TICKETFLOW_WORKFLOW_FILE": str(write_workflows(tmp_path)),
     }
     settings = Settings(**{k.removeprefix("TICKETFLOW_").lower(): v for k, v in env.items()})
     topics = Topics(settings.topic_prefix)
     watch = Collector(settings.kafka_bootstrap, [topics.out(r) for r in ROUTES])
     audit = Collector(settings.kafka_bootstrap, [topics.audit])
-    worker = services.start_worker(settings, env, f"worker-{settings.topic_prefix}")
+    worker = app_processes.start_worker(settings, env, f"worker-{settings.topic_prefix}")
     yield settings, topics, watch, audit
     worker.stop()
     watch.close()

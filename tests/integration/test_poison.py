@@ -21,10 +21,10 @@ import orjson
 import pytest
 from confluent_kafka import Message
 
+from devstack import app_processes
 from streams.codecs import encode
 from tests.integration.kafka_helpers import UNSURE_TEXT, Collector, body, plain_producer, tickets
 from tests.integration.test_faults import PrivatePipeline, count_results
-from ticketflow import services
 
 pytestmark = pytest.mark.integration
 
@@ -306,7 +306,7 @@ def test_hostile_records_are_dead_lettered_alone_and_valid_tickets_complete(pipe
     letters = dead_letters(pipeline, len(hostile) + len(bad_decisions) + len(forged))
     assert_each_dead_lettered(forged, letters, step="infer")
     assert pipeline.worker.process.poll() is None, "the worker died"
-    assert services.worker_ready(pipeline.settings), "the worker stopped serving"
+    assert app_processes.worker_ready(pipeline.settings), "the worker stopped serving"
 
 
 def test_a_record_at_the_producers_limit_is_dead_lettered_and_its_partition_goes_on(pipeline):

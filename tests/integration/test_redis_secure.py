@@ -1,6 +1,6 @@
 """Redis secured end to end (`ticketflow stack up --secure`): TLS only, ACL users, `default` off.
 
-The secured redis-server (the `redis-secure` stack part, ticketflow/stack/redis_secure.py)
+The secured redis-server (the `redis-secure` stack part, devstack/redis_secure.py)
 runs beside the session's plain one. Every client here is built by streams/redis_config.py
 from a rediss:// URL and the stack's CA, as the services build theirs; keys live under this
 run's own prefixes inside the patterns the ACL users are granted.
@@ -17,6 +17,8 @@ import orjson
 import pytest
 import redis
 
+import devstack as stack
+from devstack import redis_secure
 from feature_jobs.reader import OnlineFeatureReader
 from feature_jobs.store import MARK_BUILT_LUA, ViewKeys, marker_ttl_ms
 from feature_jobs.views import VIEWS
@@ -29,8 +31,6 @@ from ingest.service import redis_client
 from ingest.settings import IngestSettings
 from streams.redis_config import RedisTarget, async_client, sync_client
 from streams.settings import Settings
-from ticketflow import stack
-from ticketflow.stack import redis_secure
 
 pytestmark = pytest.mark.integration
 

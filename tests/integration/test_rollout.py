@@ -23,13 +23,13 @@ from pathlib import Path
 import orjson
 import pytest
 
+from devstack import app_processes
 from inference_gateway import triton_server
 from inference_gateway.model import rollout
 from schemas.tickets import DecisionStep, StepStatus, TicketResult
 from streams.settings import Settings
 from streams.topics import Topics
 from tests.integration.kafka_helpers import ROUTES, Collector, plain_producer, publish
-from ticketflow import services
 from training import builds
 from training.corpus import generate
 
@@ -96,15 +96,15 @@ def _repository(root: Path) -> Path:
 def private(live_stack: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Private]:
     root = tmp_path_factory.mktemp("rollout")
     repo = _repository(root)
-    grpc, http, metrics = (services.free_port() for _ in range(3))
+    grpc, http, metrics = (app_processes.free_port() for _ in range(3))
     command = triton_server.tritonserver_command(repo, grpc, http, metrics)
     logs = live_stack.state_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     triton = triton_server.start(command, logs / f"triton-rollout-{grpc}.log")
     env = {
         "TICKETFLOW_TOPIC_PREFIX": f"{live_stack.topic_prefix}rollout{uuid.uuid4().hex[:6]}.",
-        "TICKETFLOW_WORKER_WEB_PORT": str(services.free_port()),
-        "TICKETFLOW_GATEWAY_URL": f"http://127.0.0.1:{services.free_port()}",
+        "TICKETFLOW_WORKER_WEB_PORT": str(app_processes.free_port()),
+        "TICKETFLOW_GATEWAY_URL": f"http://127.0.0.1:{app_processes.free_port()}",
         "TICKETFLOW_TRITON_GRPC": f"127.0.0.1:{grpc}",
         "TICKETFLOW_TRITON_HTTP_PORT": str(http),
         "TICKETFLOW_TRITON_METRICS_PORT": str(metrics),
@@ -115,12 +115,12 @@ def private(live_stack: Settings, tmp_path_factory: pytest.TempPathFactory) -> I
     update.update(worker_web_port=int(env["TICKETFLOW_WORKER_WEB_PORT"]),
                   triton_http_port=http, triton_metrics_port=metrics)  # fmt: skip
     settings = live_stack.model_copy(update=update)
-    started: list[services.Service] = []
+    started: list[app_processes.Service] = []
     try:
         triton_server.wait_ready(env["TICKETFLOW_TRITON_GRPC"], "ticket_classifier", 60,
                                  process=triton)  # fmt: skip
-        started.append(services.start_gateway(settings, env))
-        started.append(services.start_worker(settings, env, log_name=f"worker-{grpc}"))
+        started.append(app_processes.start_gateway(settings, env))
+        started.append(app_processes.start_worker(settings, env, log_name=f"worker-{grpc}"))
         target = rollout.Target(
             repo, env["TICKETFLOW_TRITON_GRPC"], settings.kafka_bootstrap, settings.topic_prefix
         )

@@ -10,10 +10,10 @@ import urllib.request
 import orjson
 import pytest
 
+from devstack import app_processes
 from streams.admin import topic_size
 from tests.integration.kafka_helpers import tickets
 from tests.integration.test_faults import PrivatePipeline, assert_exactly_once
-from ticketflow import services
 
 pytestmark = pytest.mark.integration
 
@@ -26,23 +26,23 @@ class PooledPipeline(PrivatePipeline):
 
     def __init__(self) -> None:
         super().__init__()
-        port = services.free_port()
+        port = app_processes.free_port()
         self.pool_env = {**self.env, "TICKETFLOW_WORKER_WEB_PORT": str(port)}
         self.pool_settings = self.settings.model_copy(update={"worker_web_port": port})
-        self.pool: services.Service | None = None
+        self.pool: app_processes.Service | None = None
         self._pool_starts = 0
 
     def start_worker(self) -> None:
         self._starts += 1
         name = f"worker-{self.settings.topic_prefix}home-{self._starts}"
-        self.worker = services.start_worker(
+        self.worker = app_processes.start_worker(
             self.settings, self.env, name, loglevel="info", steps=HOME_STEPS
         )
 
     def start_pool(self) -> None:
         self._pool_starts += 1
         name = f"worker-{self.settings.topic_prefix}infer-{self._pool_starts}"
-        self.pool = services.start_worker(
+        self.pool = app_processes.start_worker(
             self.pool_settings, self.pool_env, name, loglevel="info", steps=POOL_STEPS
         )
 

@@ -19,10 +19,10 @@ from typing import ClassVar
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from devstack import app_processes
 from streams.settings import Settings
 from streams.topics import Topics
 from tests.integration.kafka_helpers import body, plain_producer, tickets
-from ticketflow import services
 from ticketflow.trace import partition_of, read_audit, waterfall
 
 pytestmark = pytest.mark.integration
@@ -122,8 +122,8 @@ def traced(live_stack: Settings):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     env = {
         "TICKETFLOW_TOPIC_PREFIX": f"{live_stack.topic_prefix}otel{uuid.uuid4().hex[:6]}.",
-        "TICKETFLOW_WORKER_WEB_PORT": str(services.free_port()),
-        "TICKETFLOW_GATEWAY_URL": f"http://127.0.0.1:{services.free_port()}",
+        "TICKETFLOW_WORKER_WEB_PORT": str(app_processes.free_port()),
+        "TICKETFLOW_GATEWAY_URL": f"http://127.0.0.1:{app_processes.free_port()}",
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{server.server_port}",
         "OTEL_BSP_SCHEDULE_DELAY": "200",  # ms: export soon after a span ends
     }
@@ -136,9 +136,9 @@ def traced(live_stack: Settings):
     )
     started = []
     try:
-        started.append(services.start_gateway(settings, env))
+        started.append(app_processes.start_gateway(settings, env))
         started.append(
-            services.start_worker(
+            app_processes.start_worker(
                 settings, env, log_name=f"worker-{env['TICKETFLOW_TOPIC_PREFIX']}"
             )
         )

@@ -4,15 +4,17 @@ read_committed consumer sees the results; the supervisor starts the child again.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from devstack import app_processes
 from tests.integration.kafka_helpers import tickets
 from tests.integration.test_faults import PrivatePipeline, assert_exactly_once
-from ticketflow import services
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +37,7 @@ class TwoProcessPipeline(PrivatePipeline):
     def start_worker(self) -> None:
         self._starts += 1
         name = f"worker-{self.settings.topic_prefix}{self._starts}"
-        self.worker = services.start_worker(
+        self.worker = app_processes.start_worker(
             self.settings, self.env, name, loglevel="info", processes=2
         )
 
@@ -56,7 +58,7 @@ def test_a_child_killed_mid_stream_is_restarted_and_nothing_is_lost_or_doubled(t
     feeder = threading.Thread(target=p.publish, args=(batch, 200), daemon=True)
     feeder.start()
     p.watch.until(lambda rs: len(rs) >= 400, 120, settle_s=0)
-    services.os.kill(kids[1], 9)  # SIGKILL one child, not the supervisor
+    os.kill(kids[1], signal.SIGKILL)  # SIGKILL one child, not the supervisor
     assert len(p.watch.records) < len(batch), "the kill came after the last result"
     deadline = time.monotonic() + 30
     # the killed child is reaped by the supervisor, which starts another in its place

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from devstack import prometheus
 from streams.settings import Settings
-from ticketflow.stack import prometheus
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "deploy" / "alerts"

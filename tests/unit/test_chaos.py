@@ -278,7 +278,7 @@ def campaign(monkeypatch, tmp_path):
 
     monkeypatch.setattr(Child, "spawn", spawn)
     monkeypatch.setattr(Child, "await_ready", lambda child, timeout_s: None)
-    monkeypatch.setattr(chaos.children.services, "start", _no_process)
+    monkeypatch.setattr(chaos.children.app_processes, "start", _no_process)
     c = chaos.campaign.Campaign(Settings(state_dir=tmp_path), Options(rounds=1, round_s=20))
     c.gateway = Child("gw", c.s, ["gateway"], lambda: True, FakeService())
     c.workers = [Child(f"w{i}", c.s, ["worker"], lambda: True, FakeService()) for i in (0, 1)]

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from inference_gateway.cli import RoutingFileError, config_app, parse_routing
+from inference_gateway.cli import config_app
 from inference_gateway.routing import bucket_of
+from inference_gateway.routing_store import RoutingFileError, parse_routing
 
 runner = CliRunner()
 

@@ -1,5 +1,6 @@
-"""Every web server of ours listens on loopback unless told otherwise (DESIGN.md, "Security"):
-the workers' web views (table views, /ticket/<id>, /metrics), the feature job's, ingest's."""
+"""Every web server of ours listens on loopback unless told otherwise (docs/architecture.md,
+"Security"): the workers' web views (table views, /ticket/<id>, /metrics), the feature job's,
+ingest's."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 11: every decoder of agents/records.py returns or raises BadRecord, whatever it gets.
+"""Issue 11: every decoder of agents/decoding.py returns or raises BadRecord, whatever it gets.
 
 Values, keys and headers are drawn from arbitrary bytes and from valid records with one
 field swapped for an arbitrary JSON value or a literal that JSON parsers disagree on.
@@ -14,8 +14,7 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from agents.errors import BadRecord
-from agents.records import (
+from agents.decoding import (
     MAX_ATTEMPT,
     NO_KEY,
     header,
@@ -27,6 +26,7 @@ from agents.records import (
     trace_id,
     traceparent,
 )
+from agents.errors import BadRecord
 from schemas.tickets import (
     Context,
     DecisionStep,

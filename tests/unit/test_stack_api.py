@@ -1,4 +1,4 @@
-"""up/down/status/start_part/stop_part of ticketflow.stack, against a fake part (a sleeper)."""
+"""up/down/status/start_part/stop_part of devstack, against a fake part (a sleeper)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-import ticketflow.stack as stack
+import devstack as stack
+from devstack import process
 from streams.settings import Settings
-from ticketflow.stack import process
 
 SLEEPER = "import pathlib, sys, time; pathlib.Path(sys.argv[1]).touch(); time.sleep(60)"
 

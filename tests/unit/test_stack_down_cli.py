@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from ticketflow import cli, services, stack
+import devstack as stack
+from devstack import app_processes
+from ticketflow import cli
 
 
 @pytest.fixture
@@ -18,7 +20,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
 
     # a safety net, should the command reach the real `down` some other way
     monkeypatch.setattr(stack, "stop_part", never)
-    monkeypatch.setattr(services, "stop_detached", lambda s: seen.append(("apps",)) or [])
+    monkeypatch.setattr(app_processes, "stop_detached", lambda s: seen.append(("apps",)) or [])
     monkeypatch.setattr(stack, "down", lambda s, parts=None: seen.append(("stack", parts)) or [])
     return seen
 

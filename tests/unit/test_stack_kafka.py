@@ -1,4 +1,4 @@
-"""Pure parts of ticketflow.stack.kafka: configuration, cluster id, jar marker. No broker."""
+"""Pure parts of devstack.kafka: configuration, cluster id, jar marker. No broker."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from devstack import kafka
 from streams.settings import Settings
-from ticketflow.stack import kafka
 
 
 @pytest.fixture

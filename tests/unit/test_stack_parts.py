@@ -1,4 +1,4 @@
-"""Command lines of the Redis and Triton parts of ticketflow.stack (nothing is started)."""
+"""Command lines of the Redis and Triton parts of devstack (nothing is started)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from devstack import redis_server, triton
+from devstack.process import StackError
 from streams.settings import REPO_ROOT, Settings
-from ticketflow.stack import redis_server, triton
-from ticketflow.stack.process import StackError
 
 
 @pytest.fixture

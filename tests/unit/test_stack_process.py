@@ -1,4 +1,4 @@
-"""ticketflow.stack.process: pid files, detached starts and stops, probes (sleep processes only)."""
+"""devstack.process: pid files, detached starts and stops, probes (sleep processes only)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from devstack import process
+from devstack.process import PartStatus, PidRecord
 from streams.settings import Settings
-from ticketflow.stack import process
-from ticketflow.stack.process import PartStatus, PidRecord
 
 
 def test_pid_record_round_trip() -> None:

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+import devstack as stack
+from devstack import prometheus
+from devstack.process import StackError
 from streams.settings import Settings
-from ticketflow import stack
-from ticketflow.stack import prometheus
-from ticketflow.stack.process import StackError
 
 
 @pytest.fixture
@@ -123,7 +123,7 @@ def test_a_failed_reload_on_stack_up_is_a_warning(
     settings: Settings, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(prometheus, "reload", lambda s: False)
-    with caplog.at_level("WARNING", logger="ticketflow.stack"):
+    with caplog.at_level("WARNING", logger="devstack"):
         prometheus.refresh(settings)
     assert "reloading the rules failed" in caplog.text
     caplog.clear()

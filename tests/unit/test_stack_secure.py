@@ -1,4 +1,4 @@
-"""The secured broker's configuration (ticketflow/stack/kafka_secure.py), without starting it."""
+"""The secured broker's configuration (devstack/kafka_secure.py), without starting it."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AclOperation, ResourcePatternType, ResourceType
 
+from devstack import kafka, kafka_secure
 from streams.kafka_config import confluent_config
 from streams.settings import Settings
-from ticketflow.stack import kafka, kafka_secure
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_broker_properties(settings: Settings) -> None:
 
 def test_written_config_is_private(settings: Settings) -> None:
     s = kafka_secure.secure_settings(settings)
-    kafka.write_config(s)
+    kafka_secure.write_config(s)
     assert _mode(kafka.properties_path(s)) == 0o600
     assert "StandardAuthorizer" in kafka.properties_path(s).read_text()
 

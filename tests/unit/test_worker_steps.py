@@ -15,7 +15,10 @@ from typer.testing import CliRunner
 from agents.definition import load_definition, parse_definition
 from agents.engine import WorkflowEngine
 from agents.errors import BadRecord
-from agents.pools import (
+from agents.remote_state import RemoteStates, StateInbox, read_state_change
+from agents.runner import fresh_state
+from agents.state import TicketStates, new_state, transition
+from agents.step_selection import (
     HOME_APP_ID,
     StepSetError,
     complement,
@@ -24,9 +27,6 @@ from agents.pools import (
     parse_steps,
     step_set,
 )
-from agents.remote_state import RemoteStates, StateInbox, read_state_change
-from agents.runner import fresh_state
-from agents.state import TicketStates, new_state, transition
 from agents.topology import Topology
 from schemas.tickets import DecisionStep, Envelope, ErrorClass, StepStatus, Ticket
 from streams.app import create_app

@@ -174,7 +174,7 @@ def _part(name: str) -> AppPart:
 
 def start_detached(settings: Settings, name: str) -> str:
     """Start an app service detached unless it answers; wait until ready. Says what it did."""
-    from ticketflow.stack import process
+    from devstack import process
 
     part = _part(name)
     if part.ready(settings):
@@ -191,7 +191,7 @@ def start_detached(settings: Settings, name: str) -> str:
 
 
 def _await_detached(settings: Settings, part: AppPart, record) -> None:
-    from ticketflow.stack import process
+    from devstack import process
 
     log = process.log_path(settings, part.name)
     deadline = time.monotonic() + part.timeout_s
@@ -206,7 +206,7 @@ def _await_detached(settings: Settings, part: AppPart, record) -> None:
 
 def stop_detached(settings: Settings, timeout_s: float = 30) -> list[str]:
     """Stop the app services this module started (their pid files); returns their names."""
-    from ticketflow.stack import process
+    from devstack import process
 
     stopped = []
     with process.stack_lock(settings):
@@ -221,7 +221,7 @@ def stop_detached(settings: Settings, timeout_s: float = 30) -> list[str]:
 
 def detached_status(settings: Settings) -> list:
     """A PartStatus per app service that runs detached or answers (none when neither)."""
-    from ticketflow.stack import process
+    from devstack import process
 
     out = []
     for part in APP_PARTS:

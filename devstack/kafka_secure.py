@@ -43,7 +43,7 @@ MECHANISM = "SCRAM-SHA-512"
 ADMIN = "admin"
 USERS = (ADMIN, "worker", "ingest", "ops")
 
-log = logging.getLogger("ticketflow.stack")
+log = logging.getLogger("devstack")
 
 
 # --- settings and paths ----------------------------------------------------------------------
@@ -260,7 +260,7 @@ def grant(settings: Settings, prefix: str | None = None, timeout_s: float = 30) 
     return len(bindings)
 
 
-# --- part interface (ticketflow.stack) -------------------------------------------------------
+# --- part interface (devstack) -------------------------------------------------------
 
 
 def host(settings: Settings) -> str:
@@ -281,8 +281,13 @@ def prepare(settings: Settings) -> None:
         )
     ensure_secrets(settings)
     kafka.ensure_libs(s)
-    kafka.write_config(s)
-    kafka.ensure_formatted(s)
+    write_config(s)
+    kafka.ensure_formatted(s, scram_format_args(s))
+
+
+def write_config(s: Settings) -> None:
+    """Write the secured broker's properties: the plain broker's, locked down."""
+    kafka.write_config(s, secure_properties(s, kafka.server_properties(s)))
 
 
 def command(settings: Settings) -> tuple[list[str], dict[str, str] | None]:

@@ -45,7 +45,7 @@ USERS = ("worker", "features", "ingest", ADMIN)
 # too much of (KEYS, FLUSHDB, CONFIG, DEBUG, CLIENT KILL, ...)
 _APP = "-@all +@connection +@read +@write +@keyspace +@scripting -@dangerous"
 
-log = logging.getLogger("ticketflow.stack")
+log = logging.getLogger("devstack")
 
 
 # --- settings and paths ----------------------------------------------------------------------

@@ -21,7 +21,7 @@ DEFAULT_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 15.0
 APT_INSTALL = "apt-get update && apt-get install -y redis-server"
 
-log = logging.getLogger("ticketflow.stack")
+log = logging.getLogger("devstack")
 
 
 def redis_dir(settings: Settings) -> Path:

@@ -1,4 +1,4 @@
-"""`python -m ticketflow.stack up|down|status [PART ...]` (the CLI's `ticketflow stack` twin)."""
+"""`python -m devstack up|down|status [PART ...]` (the CLI's `ticketflow stack` twin)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from . import PARTS, SECURE_PARTS, StackError, down, format_status, status, up
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ticketflow.stack")
+    parser = argparse.ArgumentParser(prog="python -m devstack")
     parser.add_argument("action", choices=("up", "down", "status", "fetch"))
     parser.add_argument("parts", nargs="*", metavar="PART", help=f"any of {', '.join(PARTS)}")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per part")

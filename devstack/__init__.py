@@ -78,7 +78,7 @@ _MODULES: dict[str, ModuleType] = {
     "prometheus": prometheus,
 }
 
-log = logging.getLogger("ticketflow.stack")
+log = logging.getLogger("devstack")
 
 
 def _module(name: str) -> ModuleType:

@@ -33,7 +33,7 @@ MODEL_NAME = "ticket_classifier"
 TRITON_SERVER_MODULE = "inference_gateway.triton_server"
 TRAIN_MODULE = "training.train"
 
-log = logging.getLogger("ticketflow.stack")
+log = logging.getLogger("devstack")
 
 
 def model_repository() -> Path:

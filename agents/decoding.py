@@ -6,8 +6,8 @@ class, and never stops its partition, fails another ticket or kills the worker. 
 helpers never raise at all: a header that cannot be read is treated as absent.
 
 Classes: a ticket on `tickets.in` is the user's input (DESERIALIZATION, SCHEMA_VALIDATION,
-PAYLOAD_TOO_LARGE, as DESIGN.md says); an envelope on a step or retry topic only ever comes
-from a worker, so one that cannot be read is the workflow's fault (INTERNAL); a review
+PAYLOAD_TOO_LARGE, as docs/architecture.md says); an envelope on a step or retry topic only
+ever comes from a worker, so one that cannot be read is the workflow's fault (INTERNAL); a review
 decision is a person's input (DESERIALIZATION or SCHEMA_VALIDATION). Reasons are bounded
 and always encodable, so the dead-letter headers built from them cannot fail either.
 """
@@ -91,7 +91,7 @@ def trace_id(headers: object) -> str | None:
 
 
 def read_ticket(value: object, key: object, headers: object, max_bytes: int) -> Ticket:
-    """A `Ticket` from a `tickets.in` record, or BadRecord with its DESIGN.md class.
+    """A `Ticket` from a `tickets.in` record, or BadRecord with its class (docs/architecture.md).
 
     The key and headers never fail a ticket: the ticket_id in the value is what counts
     (the step re-keys by it), and a garbage `traceparent` only means a new trace.

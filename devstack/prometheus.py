@@ -41,7 +41,7 @@ RULES_DIR = REPO_ROOT / "deploy" / "alerts"
 SERVICE_JOBS: tuple[str, ...] = ("gateway", "worker", "features", "ingest")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 
-log = logging.getLogger("ticketflow.stack")
+log = logging.getLogger("devstack")
 
 
 def prometheus_dir(settings: Settings) -> Path:
