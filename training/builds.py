@@ -153,4 +153,3 @@ def build(
     (out / "metrics.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     (out / BUILD_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return record
-
