@@ -94,8 +94,8 @@ def gateway_ready(settings: Settings) -> bool:
 
 
 def worker_ready(settings: Settings, processes: int = 1) -> bool:
-    """Every process of the worker answers /ready (ticketflow/supervisor.py's ports)."""
-    from ticketflow.supervisor import child_port
+    """Every process of the worker answers /ready (agents/supervisor.py's ports)."""
+    from agents.supervisor import child_port
 
     return all(
         http_ok(f"http://127.0.0.1:{child_port(settings.worker_web_port, i)}/ready")
@@ -151,7 +151,7 @@ class AppPart:
 
     def ready(self, settings: Settings) -> bool:
         if self.name == "worker":  # one process per core by default: all of them
-            from ticketflow.supervisor import cores_available
+            from agents.supervisor import cores_available
 
             return worker_ready(settings, cores_available())
         return http_ok(self.ready_url(settings))

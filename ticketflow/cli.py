@@ -172,8 +172,8 @@ def worker(
 ) -> None:
     """Run a workflow worker (one Faust agent per step; `--steps` for some of them)."""
     from agents.step_selection import StepSetError
+    from agents.supervisor import cores_available
     from agents.worker import run_worker, worker_steps
-    from ticketflow.supervisor import cores_available
 
     settings = _settings()
     if steps is not None:
@@ -191,8 +191,8 @@ def worker(
 
 
 def _supervise(settings: Settings, processes: int, loglevel: str, steps: str | None) -> int:
-    """`processes` children of `worker --processes 1`, until SIGTERM (ticketflow/supervisor.py)."""
-    from ticketflow.supervisor import Supervisor, child_port, worker_children
+    """`processes` children of `worker --processes 1`, until SIGTERM (agents/supervisor.py)."""
+    from agents.supervisor import Supervisor, child_port, worker_children
 
     argv = [sys.executable, "-m", "ticketflow.cli", "worker", "--processes", "1"]
     argv += ["--loglevel", loglevel, *(["--steps", steps] if steps is not None else [])]

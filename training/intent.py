@@ -31,7 +31,10 @@ import numpy as np
 
 from agents.steps.refund_intent import WEIGHTS
 from inference_gateway.model import featurize
+from inference_gateway.model.repository import MODEL_DIR
 from schemas.tickets import CATEGORIES
+
+from . import dataset
 
 HERE = Path(__file__).resolve().parent
 OUT_DIR = WEIGHTS.parent  # where agents/steps/refund_intent.py serves it from
@@ -48,18 +51,16 @@ C_GRID = (1.0, 4.0, 16.0)
 POSITIVE = "after_sales"
 _EPS = 1e-4  # as agents/steps/refund_intent.py clips the model's probability
 SOURCES = [HERE / f for f in ("intent.py", "hard_negatives.py", "corpus.py", "phrases_en.py")]
-SOURCES += [HERE / f for f in ("phrases_zh.py", "slots.py", "train.py")]
+SOURCES += [HERE / f for f in ("phrases_zh.py", "slots.py", "train.py", "dataset.py")]
 SOURCES.append(Path(featurize.__file__).resolve())
 
 
 def is_fresh(out_dir: Path = OUT_DIR, model_dir: Path | None = None) -> bool:
     """Newer than its sources and than the models it is stacked on."""
-    from . import train
-
     weights = out_dir / "intent.npz"
     if not weights.exists():
         return False
-    folder = model_dir or train.MODEL_DIR
+    folder = model_dir or MODEL_DIR
     models = [p for p in (folder / "1" / "weights.npz", folder / "2" / "head.npz") if p.exists()]
     return weights.stat().st_mtime > max(s.stat().st_mtime for s in [*SOURCES, *models])
 
@@ -158,9 +159,7 @@ def _fit(train_texts: list[str], y: np.ndarray, val_texts: list[str], val_y: np.
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import log_loss
 
-    from . import train
-
-    x, x_val = train.to_csr(train_texts), train.to_csr(val_texts)
+    x, x_val = dataset.to_csr(train_texts), dataset.to_csr(val_texts)
     used = np.unique(x.indices)
     best = None
     for c in C_GRID:
@@ -175,10 +174,8 @@ def _fit(train_texts: list[str], y: np.ndarray, val_texts: list[str], val_y: np.
 
 
 def train_intent(out_dir: Path = OUT_DIR, model_dir: Path | None = None) -> dict:
-    from . import train
-
     t0 = time.perf_counter()
-    train_rows, test_rows = train.split()
+    train_rows, test_rows = dataset.split()
     texts = [r["text"] for r in train_rows]
     y = np.array([int(r["category"] == POSITIVE) for r in train_rows])
     val = validation_rows(set(texts))
@@ -188,7 +185,7 @@ def train_intent(out_dir: Path = OUT_DIR, model_dir: Path | None = None) -> dict
     z_val = raw_logit(val_texts, coef, intercept)
     stack = {"*": platt(stack_inputs(z_val, None), val_y)}
     eces = {}
-    for version, score in version_scorers(model_dir or train.MODEL_DIR).items():
+    for version, score in version_scorers(model_dir or MODEL_DIR).items():
         x = stack_inputs(z_val, score(val_texts))
         stack[version] = platt(x, val_y)
         eces[version] = round(ece(stacked(x, stack[version]), val_y), 4)

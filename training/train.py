@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from scipy import sparse
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score, classification_report, f1_score
 from sklearn.model_selection import train_test_split
@@ -39,6 +38,7 @@ from inference_gateway.model.repository import MODEL_DIR
 from schemas.tickets import CATEGORIES
 
 from . import corpus, handwritten
+from .dataset import N_TICKETS, SEED, split, to_csr
 
 HERE = Path(__file__).resolve().parent
 # what the versions serve: copied from the serving package into each version directory
@@ -46,7 +46,8 @@ SERVING = Path(featurize.__file__).resolve().parent
 DEFAULT_OUT = MODEL_DIR / "1"
 V2_OUT = MODEL_DIR / "2"
 SOURCES = [HERE / f for f in ("corpus.py", "phrases_en.py", "phrases_zh.py", "slots.py")]
-SOURCES += [HERE / "train.py", HERE / "handwritten.py", HERE / "hard_negatives.py"]
+SOURCES += [HERE / "train.py", HERE / "dataset.py", HERE / "handwritten.py"]
+SOURCES.append(HERE / "hard_negatives.py")
 SOURCES.append(SERVING / "featurize.py")
 # version 2 is built from the corpus and these (featurize.py is v1's, but cheap to include)
 V2_SOURCES = [*SOURCES, HERE / "e5_export.py"]
@@ -55,8 +56,6 @@ V2_COPIED = ("e5_tokenizer.py", "e5_runtime.py")
 V2_MODEL = "triton_v2.py"  # copied in last, as model.py: Triton loads v2 only once it is whole
 V2_ENCODER_FILES = ("encoder.onnx", "tokenizer.json")
 
-N_TICKETS = 8000
-SEED = 13
 # Inverse regularisation. Accuracy barely moves for C in 2..100 (< 1 point on a validation
 # split); 20 gave the best held-out log-loss and calibration (ECE ~0.01), which matters because
 # the gateway routes on the confidence.
@@ -68,12 +67,6 @@ def is_fresh(out_dir: Path) -> bool:
     if not weights.exists() or not (out_dir / "featurize.py").exists():
         return False
     return weights.stat().st_mtime > max(src.stat().st_mtime for src in SOURCES)
-
-
-def to_csr(texts: list[str]) -> sparse.csr_matrix:
-    indptr, indices, values = featurize.featurize_batch(texts)
-    shape = (len(texts), featurize.N_FEATURES)
-    return sparse.csr_matrix((values, indices, indptr), shape=shape, dtype=np.float64)
 
 
 def fit(texts: list[str], labels: list[int], c: float = C) -> tuple[np.ndarray, np.ndarray]:
@@ -140,16 +133,6 @@ def handwritten_accuracy(predicted: np.ndarray) -> float:
     """Accuracy on `handwritten.TICKETS` (wording outside the corpus's templates)."""
     truth = np.array([CATEGORIES.index(c) for _, c in handwritten.TICKETS])
     return round(float((predicted == truth).mean()), 4)
-
-
-def split(n: int = N_TICKETS, seed: int = SEED) -> tuple[list[dict], list[dict]]:
-    """The corpus and its stratified 80/20 split: the same for every version."""
-    rows = corpus.generate(n, seed)
-    strata = [f"{r['category']}/{r['language']}" for r in rows]
-    train_rows, test_rows = train_test_split(
-        rows, test_size=0.2, random_state=seed, stratify=strata
-    )
-    return train_rows, test_rows
 
 
 def train(out_dir: Path, n: int = N_TICKETS, seed: int = SEED) -> dict:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ticketflow import supervisor
-from ticketflow.supervisor import (
+from agents import supervisor
+from agents.supervisor import (
     MAX_BACKOFF_S,
     STABLE_S,
     Child,
@@ -175,7 +175,7 @@ def test_a_real_child_killed_is_replaced_and_stop_ends_them_all():
 PARENT = textwrap.dedent(
     """
     import sys
-    from ticketflow.supervisor import Child, Supervisor
+    from agents.supervisor import Child, Supervisor
     argv = [sys.executable, "-c", "import time; time.sleep(120)"]
     sup = Supervisor([Child(i, argv, {}) for i in range(2)], stop_timeout_s=5,
                      log=lambda m: print(m, flush=True))
