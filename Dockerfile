@@ -1,6 +1,10 @@
 # The ticketflow services (gateway, worker, feature jobs); Triton runs from NVIDIA's image.
 FROM python:3.11-slim
 WORKDIR /app
+# the runtime's locked dependencies first, so a code change reuses this layer
+COPY requirements/runtime.txt requirements/build.txt requirements/
+RUN pip install --no-cache-dir --require-hashes -r requirements/build.txt \
+ && pip install --no-cache-dir --require-hashes -r requirements/runtime.txt
 COPY pyproject.toml README.md ./
 COPY schemas schemas
 COPY streams streams
@@ -15,6 +19,8 @@ COPY training training
 # the CLI mounts `ticketflow bench` and `ticketflow chaos` from these two
 COPY benchmarks benchmarks
 COPY chaos chaos
-RUN pip install --no-cache-dir .
+# `ticketflow stack` and the demo's processes
+COPY devstack devstack
+RUN pip install --no-cache-dir --no-deps --no-build-isolation .
 ENV TICKETFLOW_STATE_DIR=/var/lib/ticketflow
 CMD ["ticketflow", "--help"]

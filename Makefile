@@ -2,20 +2,35 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+LOCKS  := requirements/build.txt requirements/lock.txt
+# the venv is rebuilt when the project or its lock changes
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCKS) | cksum | cut -d' ' -f1)
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WEIGHTS := inference_gateway/model_repository/ticket_classifier/1/weights.npz
 
-.PHONY: setup venv redis prometheus kafka model demo test test-unit lint down clean peer
+.PHONY: setup venv lock redis prometheus kafka model demo test test-unit lint typecheck down clean peer
 
 setup: venv redis prometheus kafka model
 
+# every dependency from the lock (requirements/README.md), hashes checked; then ticketflow
+# itself, editable, built with the locked setuptools
 venv: $(STAMP)
-$(STAMP):
+$(STAMP): pyproject.toml $(LOCKS)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[train,dev]"
+	$(BIN)/pip install -q --require-hashes -r requirements/build.txt
+	$(BIN)/pip install -q --require-hashes -r requirements/lock.txt
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	rm -f $(VENV)/.installed-*; touch $@
+
+# Refresh requirements/*.txt after a change of dependencies (requirements/README.md);
+# UPGRADE=--upgrade moves every pin to the newest version that fits
+UV_COMPILE = $(BIN)/uv pip compile -q --generate-hashes --python-version 3.11 \
+             --python-platform x86_64-manylinux_2_35 $(UPGRADE)
+lock: venv
+	$(UV_COMPILE) requirements/build.in -o requirements/build.txt
+	$(UV_COMPILE) pyproject.toml --extra train --extra dev -o requirements/lock.txt
+	$(UV_COMPILE) pyproject.toml -o requirements/runtime.txt
+	$(UV_COMPILE) pyproject.toml requirements/peer.in -o requirements/peer.txt
 
 # Debian's redis-server, openssl for the secured stack's certificates and tmux for the
 # 80-column test of the command line (tests/integration/test_cli_width.py), installed only
@@ -49,8 +64,13 @@ model: venv
 demo: setup
 	$(BIN)/ticketflow demo
 
-lint: venv
+lint: venv typecheck
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# mypy over the runtime packages ([tool.mypy] in pyproject.toml), zero errors
+typecheck: venv
+	$(BIN)/mypy
 
 test: setup lint
 	$(BIN)/ticketflow stack up
@@ -62,12 +82,13 @@ test-unit: venv
 # The quix-streams peer of `ticketflow bench pipeline` (variant e), in a venv of its own:
 # quixstreams 3.28.1 needs confluent-kafka < 2.13, older than the one the worker runs on
 PEER       := .venv-peer
-PEER_STAMP := $(PEER)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+PEER_STAMP := $(PEER)/.installed-$(shell cat pyproject.toml requirements/peer.txt | cksum | cut -d' ' -f1)
 peer: $(PEER_STAMP)
-$(PEER_STAMP):
+$(PEER_STAMP): pyproject.toml requirements/build.txt requirements/peer.txt
 	$(PYTHON) -m venv $(PEER)
-	$(PEER)/bin/pip install -q --upgrade pip
-	$(PEER)/bin/pip install -q -e . "quixstreams==3.28.1"
+	$(PEER)/bin/pip install -q --require-hashes -r requirements/build.txt
+	$(PEER)/bin/pip install -q --require-hashes -r requirements/peer.txt
+	$(PEER)/bin/pip install -q --no-deps --no-build-isolation -e .
 	rm -f $(PEER)/.installed-*; touch $@
 
 down:
