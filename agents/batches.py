@@ -113,7 +113,8 @@ async def _bisect(
 ) -> tuple[int, list[tuple[Any, BaseException]]]:
     """(records handled, records that failed alone), retrying infrastructure errors."""
     pending: list[list[Any]] = [events]
-    succeeded, suspects, attempt = 0, [], 0
+    succeeded, attempt = 0, 0
+    suspects: list[tuple[Any, BaseException]] = []
     while pending:
         batch = pending.pop()
         try:

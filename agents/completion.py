@@ -74,7 +74,7 @@ class CompletionLedger:
         finally:
             consumer.close()
 
-    def _take(self, done: set[str], partition: int, key: object, offset: int) -> None:
+    def _take(self, done: set[str], partition: int, key: object, offset: int | None) -> None:
         """Add an entry's ticket_id; a key that names none (null, not UTF-8) is skipped:
         no result was written under it, and raising here would stop the partition's
         router for good, the ledger being read again on every retry."""

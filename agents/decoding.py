@@ -15,10 +15,10 @@ and always encodable, so the dead-letter headers built from them cannot fail eit
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from datetime import datetime, timezone
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 import orjson
 from pydantic import BaseModel, ValidationError
@@ -59,7 +59,8 @@ def header(headers: object, name: str) -> str | None:
     try:
         items = headers.items() if isinstance(headers, Mapping) else headers
         found: object = None
-        for item in items or ():  # type: ignore[union-attr]
+        # garbage that does not iterate raises TypeError, caught below
+        for item in cast(Iterable[object], items or ()):
             if isinstance(item, (tuple, list)) and len(item) == 2 and _name(item[0]) == name:
                 found = item[1]
         return _text(found)

@@ -151,15 +151,14 @@ class WorkflowEngine:
         return self.topology.later_steps()
 
     def _table(self) -> WriteBehindTable:
-        table = self.app.tables.add(
-            WriteBehindTable(
-                self.app,
-                name="ticket_state",
-                default=None,
-                beacon=self.app.tables.beacon,
-                partitions=self.settings.partitions,
-            )
+        table = WriteBehindTable(
+            self.app,
+            name="ticket_state",
+            default=None,
+            beacon=self.app.tables.beacon,
+            partitions=self.settings.partitions,
         )
+        self.app.tables.add(table)
         table.write_through(self.producer)
         return table
 
@@ -175,8 +174,9 @@ class WorkflowEngine:
                 self._agent(self.topics.step(step.name), step, self._step_batch)
         if self.steps.home:
             self._build_home()
-        self.app.on_partitions_revoked.connect(self._on_revoked)
-        self.app.on_partitions_assigned.connect(self._on_assigned)
+        # mode types a handler as (sender, *args, signal=...); Faust sends (app, partitions)
+        self.app.on_partitions_revoked.connect(self._on_revoked)  # type: ignore[arg-type]
+        self.app.on_partitions_assigned.connect(self._on_assigned)  # type: ignore[arg-type]
         faust_adapter.install_commit(self.app, self.barrier.commit)
         faust_adapter.observe_fetches(self.app, self.hops.fetched)
 

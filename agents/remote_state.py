@@ -15,7 +15,7 @@ the step's other outputs, before the inputs that made them are committed.
 from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -48,6 +48,10 @@ class DeadLetter(Protocol):
     ) -> None: ...
 
 
+# where a pool moves a ticket to (agents.state.allowed)
+MovedStatus = Literal["running", "waiting_retry", "dead_lettered", "degraded"]
+
+
 class StateChange(BaseModel):
     """One move of a ticket made by a pool, for the home worker to apply."""
 
@@ -58,7 +62,7 @@ class StateChange(BaseModel):
     trace_id: str = Field(max_length=256)
     workflow: str = Field(min_length=1, max_length=64)
     workflow_version: int = Field(ge=1)
-    status: Literal["running", "waiting_retry", "dead_lettered", "degraded"]
+    status: MovedStatus
     step: StepName
     attempt: int = Field(1, ge=1, le=MAX_ATTEMPT)
     # decision-path entries of the envelope that made the move (agents.state.allowed)
@@ -102,7 +106,7 @@ class RemoteStates:
             trace_id=fresh["trace_id"],
             workflow=fresh["workflow"],
             workflow_version=fresh["workflow_version"],
-            status=status,
+            status=cast(MovedStatus, status),  # the runner moves only to these four
             step=step,
             attempt=attempt,
             progress=fresh.get("progress"),

@@ -55,6 +55,7 @@ class ReviewAgent:
         state = self.states.get(decision.ticket_id)
         try:
             kind = check_decidable(decision.ticket_id, state)
+            assert state is not None  # check_decidable refuses a ticket with no state
             routed = routed_result(state, decision.ticket_id)
         except ReviewRefused as exc:
             log.warning("review decision refused: %s", exc)

@@ -33,7 +33,7 @@ from agents import metrics
 from agents.completion import CompletionLedger
 from agents.emitter import Emitter, now_ms, utcnow
 from agents.spot_check import copy_records, state_fields
-from agents.state import TicketStates, new_state
+from agents.state import States, new_state
 from agents.topology import Topology
 from schemas.tickets import (
     AuditOutcome,
@@ -46,7 +46,7 @@ from schemas.tickets import (
 from schemas.workflow import Step
 from streams.codecs import encode
 from streams.kafka_errors import kafka_error
-from streams.producer import TransactionalProducer
+from streams.producer import Record, TransactionalProducer
 from streams.topics import Topics
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ class Router:
         transactional_prefix: str,
         topics: Topics,
         topology: Topology,
-        states: TicketStates,
+        states: States,
         emitter: Emitter,
         owns: Callable[[int], bool],
     ) -> None:
@@ -164,7 +164,7 @@ class Router:
         items = [i for i in items if not self.ledger.has(partition, i.result.ticket_id)]
         if not items:
             return
-        records = []
+        records: list[Record] = []
         for item in items:
             tid = item.result.ticket_id.encode()
             route = item.result.route

@@ -191,7 +191,7 @@ class StepRunner:
             self.emitter.record(env, step, StepStatus.degraded, t0)
             return True
         self.emitter.record(env, step, StepStatus.retrying, t0, detail=f"{exc.code}: {exc.reason}")
-        delay = policy.delay_ms(env.attempt + 1)
+        delay: float = policy.delay_ms(env.attempt + 1)
         delay *= 1 + random.uniform(-policy.jitter, policy.jitter)
         tier = min((t for t in RETRY_TIERS_MS if t >= delay), default=RETRY_TIERS_MS[-1])
         env.attempt += 1

@@ -125,7 +125,8 @@ class Supervisor:
         )
         child.due_at = now + child.backoff_s
         self.log(
-            f"worker process {child.index} (pid {child.process.pid}) exited with {code}; "
+            f"worker process {child.index} (pid {child.process and child.process.pid}) "
+            f"exited with {code}; "
             f"restarting in {child.backoff_s:.0f} s"
         )
 

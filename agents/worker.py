@@ -29,6 +29,7 @@ from streams.faust_adapter import restore_seconds
 from streams.gaps import GapGuard, KafkaProbe
 from streams.kafka_config import aiokafka_kwargs
 from streams.settings import Settings
+from streams.tables import WriteBehindTable
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,9 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
         # the state table's changelog too: a worker that subscribes before it exists never
         # learns its partitions, and every state write then fails (two workers starting on
         # fresh topics at once)
-        topics[engine.state.changelog_topic.get_topic_name()] = {"cleanup.policy": "compact"}
+        table = engine.state
+        assert isinstance(table, WriteBehindTable), "a home worker keeps the state table"
+        topics[table.changelog_topic.get_topic_name()] = {"cleanup.policy": "compact"}
     ensure_topics(settings, topics)
     log.info("worker %s runs %s", app.conf.id, ", ".join(sorted(steps.steps)))
 
@@ -122,14 +125,13 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
     @app.page("/ready")
     async def _ready(web, request):
         # ready = partitions assigned and every table restored from its changelog
-        recovery = app.tables.recovery
-        recovered = recovery.completed.is_set()
+        recovered = faust_adapter.tables_recovered(app)
         try:
             assigned = bool(faust_adapter.assignment(app))
         except ConsumerNotStarted:  # asked before the consumer has started: not ready
             assigned = False
         ok = recovered and assigned and not app.rebalancing
-        body = {"ready": ok, "recovered": recovered, "assigned": assigned}
+        body: dict[str, bool | float] = {"ready": ok, "recovered": recovered, "assigned": assigned}
         restore_s = restore_seconds(app)  # how long the last table restore took
         if restore_s is not None:
             body["restore_s"] = round(restore_s, 3)
@@ -152,11 +154,13 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
 
 def _ticket_view(app: faust.App, engine: WorkflowEngine) -> None:
     """`/ticket/{id}`: the ticket's state, from the home worker that owns its partition."""
+    table = engine.state
+    assert isinstance(table, WriteBehindTable), "only a home worker keeps the state table"
 
     @app.page("/ticket/{ticket_id}")
-    @app.table_route(table=engine.state, match_info="ticket_id")
+    @app.table_route(table=table, match_info="ticket_id")
     async def _ticket(web, request, ticket_id: str):
-        state = engine.state.get(ticket_id)
+        state = table.get(ticket_id)
         if state is None:
             return web.json({"error": f"unknown ticket {ticket_id}"}, status=404)
         return web.json(state)

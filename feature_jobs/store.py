@@ -210,12 +210,14 @@ def json_value(value: Any) -> Any:
 
 def slots(feature: Feature, grace_s: int) -> int:
     b = feature.bucket_s
+    assert feature.window_seconds is not None, "only a windowed feature has slots"
     return feature.window_seconds // b + -(-grace_s // b) + 1
 
 
 def _first_chars(items: Any) -> set[str] | None:
     """The characters a match of a parsed (sub)pattern can start with; None: any or unknown."""
-    from re import _constants as c  # the parser's opcodes (private, hence the guard below)
+    # the parser's opcodes (private, hence the guard below; typeshed does not list them)
+    from re import _constants as c  # type: ignore[attr-defined]
 
     for op, av in items:
         if op is c.AT:
@@ -255,7 +257,7 @@ def compile_match(pattern: str) -> re.Pattern[str]:
     The look-ahead only skips positions where no match can start, so matches are the same."""
     plain = re.compile(pattern, re.IGNORECASE)
     try:
-        from re import _parser
+        from re import _parser  # type: ignore[attr-defined]  # private: typeshed has no stub
 
         first = _first_chars(_parser.parse(pattern, re.IGNORECASE).data)
         if not first:
@@ -401,13 +403,15 @@ def materialize(view: FeatureView, raw: dict[bytes, bytes], now_ms: int) -> dict
     for i, f in enumerate(view.features):
         items = per.get(i, [])
         # the oldest bucket left out of the window (None: no window)
-        lo = now_ms // (f.bucket_s * 1000) - f.window_seconds // f.bucket_s if f.bucketed else None
+        lo = None
+        if f.bucketed and f.window_seconds is not None:
+            lo = now_ms // (f.bucket_s * 1000) - f.window_seconds // f.bucket_s
         if f.aggregation in ("count", "count_matching"):
             total = 0
             for _, v in items:
-                b, n = v.split(b":", 1)
+                b, count = v.split(b":", 1)
                 if lo is None or int(b) > lo:
-                    total += int(n)
+                    total += int(count)
             out[f.name] = total
         elif f.aggregation == "mean":
             s, n = 0.0, 0

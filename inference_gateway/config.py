@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Annotated, Any
 from urllib.parse import urlparse
 
-from pydantic import BeforeValidator, SecretStr
+from pydantic import BaseModel, BeforeValidator, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from schemas.gateway import PredictInput, PredictRequest
@@ -25,7 +25,7 @@ DEFAULT_KAFKA_BOOTSTRAP = "127.0.0.1:9092"
 TOKEN_ENV = "TICKETFLOW_GATEWAY_TOKEN"
 
 
-def _max_length(model: type, name: str) -> int:
+def _max_length(model: type[BaseModel], name: str) -> int:
     for meta in model.model_fields[name].metadata:
         if getattr(meta, "max_length", None) is not None:
             return int(meta.max_length)

@@ -289,6 +289,7 @@ class RoutingWatcher:
         self.status.applied += 1
         self.status.last_update_at = time.time()
         self.status.configs = {
+            # config(m) is None only for a model not in router.models
             m: self.router.config(m).model_dump()  # type: ignore[union-attr]
             for m in self.router.models
         }

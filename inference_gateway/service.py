@@ -195,6 +195,7 @@ class InferenceService:
         for result in results:
             if isinstance(result, BaseException):
                 raise result
+        # gather(return_exceptions=True) types each as T | BaseException: the loop raised those
         return results  # type: ignore[return-value]
 
     async def _scores(
@@ -228,6 +229,7 @@ class InferenceService:
             await self._compute(batcher, texts, todo, rows, deadline)
         for i, future in joined.items():
             rows[i] = await self._join(batcher, future, texts[i], deadline)
+        # every row is set by now (cache hits, the computed ones, the joined ones): none is None
         return np.stack(rows)  # type: ignore[arg-type]
 
     def _joinable(self, key: Key) -> _Flight | None:

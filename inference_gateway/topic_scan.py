@@ -51,8 +51,9 @@ def scan_topic(
             message = consumer.poll(0.5)
             if message is None:
                 continue
-            if message.error() is not None:
-                if message.error().code() == KafkaError._PARTITION_EOF:
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
                     pending.discard(message.partition())
                 continue
             yield message.key() or b"", message.value()

@@ -142,6 +142,7 @@ def client_span(
 def _client_span(
     t: trace.Tracer, model: str, inputs: Sequence[PredictInput]
 ) -> Iterator[Mapping[str, str]]:
+    # get_value gives an object; only caller_spans() stores under this key, a mapping
     known: Mapping[str, SpanContext] = context.get_value(_CALLER_SPANS) or {}  # type: ignore[assignment]
     causes = _distinct(known[i.id] for i in inputs if i.id in known)
     parent, links = _origin(causes) if causes else (None, None)

@@ -34,7 +34,7 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
-from ingest.redis_mux import MuxRedis
+from ingest.redis_mux import MuxRedis, as_text
 from schemas.tickets import TicketResult
 from streams.redis_config import Target, sync_client
 from streams.topics import Topics
@@ -128,10 +128,10 @@ class TicketIndex:
         if claim is None:
             return None
         entry = dict(
-            zip(("owner", "submitted_at", "trace_id"), claim.decode().split(SEP), strict=False)
+            zip(("owner", "submitted_at", "trace_id"), as_text(claim).split(SEP), strict=False)
         )
         if outcome is not None:
-            entry.update(orjson.loads(outcome.decode().split(SEP, 1)[1]))
+            entry.update(orjson.loads(as_text(outcome).split(SEP, 1)[1]))
         return entry
 
 
@@ -184,12 +184,12 @@ def read_outcome(msg: Message, topics: Topics) -> Outcome | None:
     key = msg.key()
     if not key:
         return None
-    ticket_id = key.decode("utf-8", "replace")
+    ticket_id = as_text(key, "replace")
     if msg.topic() == topics.dlq:
         headers = dict(msg.headers() or [])
-        error_class = (headers.get("x-dlq-error-class") or b"").decode("utf-8", "replace")
+        error_class = as_text(headers.get("x-dlq-error-class") or b"", "replace")
         return Outcome(ticket_id, "dead_lettered", "", b"", error_class[:64])
-    route = msg.topic().removeprefix(topics.out(""))
+    route = (msg.topic() or "").removeprefix(topics.out(""))
     try:
         result = TicketResult.model_validate_json(msg.value() or b"")
     except ValidationError:
@@ -269,7 +269,9 @@ class ResultIndexer:
                 time.sleep(1)
         last: dict[tuple[str, int], int] = {}
         for m in msgs:
-            last[(m.topic(), m.partition())] = m.offset()
+            topic, partition, offset = m.topic(), m.partition(), m.offset()
+            if topic is not None and partition is not None and offset is not None:
+                last[(topic, partition)] = offset
         self._consumer.store_offsets(
             offsets=[TopicPartition(t, p, o + 1) for (t, p), o in last.items()]
         )

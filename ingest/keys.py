@@ -18,14 +18,14 @@ import re
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 from redis.asyncio import Redis
 
-from ingest.redis_mux import MuxRedis
+from ingest.redis_mux import MuxRedis, as_text
 
 TOKEN_PREFIX = "tfk_"
 TOKEN_RE = re.compile(r"^tfk_[A-Za-z0-9_-]{43}$")
@@ -92,10 +92,10 @@ def parse_scopes(text: str | Iterable[str]) -> frozenset[str]:
     return scopes
 
 
-def _record(fields: dict[bytes, bytes]) -> KeyRecord | None:
+def _record(fields: Mapping[bytes, bytes] | Mapping[bytes | str, bytes | str]) -> KeyRecord | None:
     if not fields:
         return None
-    f = {k.decode(): v.decode() for k, v in fields.items()}
+    f = {as_text(k): as_text(v) for k, v in fields.items()}
     return KeyRecord(f["id"], f["name"], frozenset(f["scopes"].split(",")), f["created_at"])
 
 
@@ -135,11 +135,11 @@ class KeyStore:
 
     async def by_name(self, name: str) -> KeyRecord | None:
         d = await self.redis.hget(self.index, name)
-        return None if d is None else await self.lookup(d.decode())
+        return None if d is None else await self.lookup(as_text(d))
 
     async def list(self) -> list[KeyRecord]:
         digests = await self.redis.hgetall(self.index)
-        records = [await self.lookup(d.decode()) for d in digests.values()]
+        records = [await self.lookup(as_text(d)) for d in digests.values()]
         return sorted((r for r in records if r is not None), key=lambda r: r.name)
 
 

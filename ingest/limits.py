@@ -24,12 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import cast
 
 from pydantic import BaseModel, Field
 from redis.asyncio import Redis
 
 from ingest.http_fields import Bucket
-from ingest.redis_mux import MuxRedis
+from ingest.redis_mux import MuxRedis, as_text
 
 _TAKE = """
 local t = redis.call('TIME')
@@ -107,6 +108,12 @@ class LimitStore:
         self._take = redis.register_script(_TAKE)
 
     @property
+    def _admin(self) -> Redis:
+        """The client that changes limits: the command line's full one (ingest's MuxRedis
+        only takes tokens and reads)."""
+        return cast(Redis, self.redis)
+
+    @property
     def defaults_key(self) -> str:
         return self.prefix + "limits"
 
@@ -143,7 +150,7 @@ class LimitStore:
         )
 
     async def set(self, kind: str, limit: Limit) -> None:
-        await self.redis.hset(
+        await self._admin.hset(
             self.defaults_key,
             mapping={f"{kind}_rate": repr(limit.rate), f"{kind}_burst": str(limit.burst)},
         )
@@ -155,9 +162,9 @@ class LimitStore:
     async def set_own(self, kind: str, ident: str, limit: Limit | None) -> None:
         """One key's or address's own limit; None removes it (the defaults apply again)."""
         if limit is None:
-            await self.redis.delete(self.own_key(kind, ident))
+            await self._admin.delete(self.own_key(kind, ident))
             return
-        await self.redis.hset(
+        await self._admin.hset(
             self.own_key(kind, ident),
             mapping={"rate": repr(limit.rate), "burst": str(limit.burst)},
         )
@@ -165,13 +172,13 @@ class LimitStore:
     async def own_all(self) -> dict[str, Limit]:
         """Every key's and address's own limit, by `kind:ident`."""
         out: dict[str, Limit] = {}
-        async for name in self.redis.scan_iter(match=self.prefix + "limits:*", count=500):
-            ident = name.decode().removeprefix(self.prefix + "limits:")
-            stored = _decoded(await self.redis.hgetall(name))
+        async for name in self._admin.scan_iter(match=self.prefix + "limits:*", count=500):
+            ident = as_text(name).removeprefix(self.prefix + "limits:")
+            stored = _decoded(await self._admin.hgetall(name))
             if stored:
                 out[ident] = Limit(**stored)
         return out
 
 
-def _decoded(raw: Mapping[bytes, bytes]) -> dict[str, str]:
-    return {k.decode(): v.decode() for k, v in raw.items()}
+def _decoded(raw: Mapping[bytes, bytes] | Mapping[bytes | str, bytes | str]) -> dict[str, str]:
+    return {as_text(k): as_text(v) for k, v in raw.items()}

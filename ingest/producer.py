@@ -113,7 +113,7 @@ class AckProducer:
         assert self._loop is not None, "start() first"
         future: asyncio.Future[Failures] = self._loop.create_future()
         request = _Request(self, future, len(records))
-        hdrs = list(headers)
+        hdrs: list[tuple[str, str | bytes | None]] = list(headers)
         for i, (key, value) in enumerate(records):
             try:
                 self._producer.produce(

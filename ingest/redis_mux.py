@@ -33,6 +33,12 @@ from streams.redis_config import Target, endpoint
 Arg = str | bytes | int | float
 
 
+def as_text(value: bytes | str, errors: str = "strict") -> str:
+    """A reply or record field as text: redis-py and confluent-kafka type theirs as bytes or
+    str (bytes here: no client of ours decodes responses)."""
+    return value.decode("utf-8", errors) if isinstance(value, bytes) else value
+
+
 class _Link:
     """One open connection: its writer, the calls waiting for replies, its reader task."""
 
@@ -151,7 +157,8 @@ class MuxRedis:
             raise RedisConnectionError(f"redis {self.host}:{self.port}: connection lost")
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         link.waiting.append(future)
-        link.queue(hiredis.pack_command(tuple(command)))
+        # hiredis's stub types the command as a 1-tuple; it takes any number of arguments
+        link.queue(hiredis.pack_command(tuple(command)))  # type: ignore[arg-type]
         timer = asyncio.get_running_loop().call_later(self.timeout_s, self._expire, link, future)
         try:
             return await future

@@ -256,7 +256,9 @@ async def _idempotent(
 
 def _stored(response: web.Response) -> StoredResponse:
     kept = {k: response.headers[k] for k in ("traceparent",) if k in response.headers}
-    return StoredResponse(response.status, response.content_type, bytes(response.body or b""), kept)
+    body = response.body  # bytes for every response ingest makes; a streamed one keeps none
+    kept_body = bytes(body) if isinstance(body, (bytes, bytearray)) else b""
+    return StoredResponse(response.status, response.content_type, kept_body, kept)
 
 
 def _replay(stored: StoredResponse) -> web.Response:

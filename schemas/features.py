@@ -122,7 +122,7 @@ class FeatureView(BaseModel):
         if len(set(names)) != len(names):
             raise ValueError(f"view {self.name}: duplicate feature names {names}")
         for f in self.features:
-            if f.bucketed:
+            if f.bucketed and f.window_seconds is not None:
                 slots = f.window_seconds // f.bucket_s + -(-self.grace_seconds // f.bucket_s) + 1
                 if slots > MAX_SLOTS:
                     raise ValueError(

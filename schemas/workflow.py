@@ -228,6 +228,7 @@ class Step(BaseModel):
                 )
 
     def policy_for(self, code: str) -> RetryPolicy | None:
+        # retry_on is keyed by RetryableCode, a Literal of str; any other code finds no entry
         return self.retry_on.get(code, self.retry)  # type: ignore[call-overload]
 
     def targets(self) -> list[str]:

@@ -50,6 +50,12 @@ FAUST_VERSION = "0.15.3"
 AIOKAFKA_VERSIONS = ("0.12.", "0.13.", "0.14.")
 
 
+def _internals(obj: object) -> Any:
+    """`obj` as the untyped thing it is here: Faust's and aiokafka's private attributes, which
+    their type information does not describe and which only this module reads."""
+    return obj
+
+
 class UnsupportedFaust(RuntimeError):
     """The installed faust-streaming is not the one this adapter was tested on."""
 
@@ -79,7 +85,7 @@ def shorten_fetch_wait(app: faust.App, wait_ms: int) -> None:
     found = version("aiokafka")
     if not found.startswith(AIOKAFKA_VERSIONS):
         raise UnsupportedFaust(f"aiokafka {found}: shorten_fetch_wait is tested on 0.12-0.14")
-    thread = app.consumer._thread
+    thread = _internals(app.consumer)._thread
     create = thread._create_worker_consumer
 
     def _create_worker_consumer(transport: Any) -> Any:
@@ -94,8 +100,13 @@ def set_current_event(event: faust.EventT) -> None:
     _current_event.set(weakref.ref(event))
 
 
+def tables_recovered(app: faust.App) -> bool:
+    """Whether every table is restored from its changelog (the latest rebalance's)."""
+    return bool(_internals(app.tables).recovery.completed.is_set())
+
+
 def restore_seconds(app: faust.App) -> float | None:
-    recovery = app.tables.recovery
+    recovery = _internals(app.tables).recovery
     started, ended = recovery._recovery_started_at, recovery._recovery_ended_at
     if started is None or ended is None or ended < started:
         return None
@@ -106,7 +117,7 @@ def observe_fetches(app: faust.App, seen: Callable[[Any, float], None]) -> None:
     """Call `seen(records_by_partition, fetched_at)` on the consumer thread for every batch
     the aiokafka fetcher hands to Faust; `fetched_at` is `time.time()`, the clock of the
     records' CreateTime stamps. `seen` must be cheap and must not raise."""
-    thread = app.consumer._thread
+    thread = _internals(app.consumer)._thread
     fetch = thread._fetch_records
 
     async def _fetch_records(*args: Any, **kwargs: Any) -> Any:
@@ -216,7 +227,7 @@ class FaustOffsets:
         return assignment(self._app)
 
     async def commit(self, offsets: Any) -> bool:
-        consumer = self._app.consumer
+        consumer = _internals(self._app.consumer)
         did_commit = await consumer._commit(offsets)
         if did_commit:
             self._app.tables.on_commit(offsets)
@@ -232,7 +243,7 @@ def install_commit(app: faust.App, commit: Callable[[Any, FaustOffsets], Awaitab
     committed even when the commit failed; ours records only what the broker took.
     Faust's transactional mode is not supported (we run at_least_once).
     """
-    consumer = app.consumer
+    consumer = _internals(app.consumer)
     offsets = FaustOffsets(app)
 
     async def _commit_offsets(committable: Any, start_new_transaction: bool = True) -> bool:
@@ -254,7 +265,7 @@ class RecoveryView:
 
 
 def recovery_view(app: faust.App) -> RecoveryView:
-    recovery = app.tables.recovery
+    recovery = _internals(app.tables).recovery
     return RecoveryView(
         in_recovery=bool(recovery.in_recovery),
         started_at=recovery._recovery_started_at,
@@ -266,7 +277,7 @@ def recovery_view(app: faust.App) -> RecoveryView:
 
 def fetch_state(app: faust.App, tps: Any) -> dict[Any, dict[str, Any]]:
     """What Faust and aiokafka each believe about fetching `tps`, for the log."""
-    consumer = app.consumer
+    consumer = _internals(app.consumer)
     paused, active = consumer._paused_partitions, consumer._active_partitions or set()
     kafka = consumer._thread._consumer
     subscribed = kafka._fetcher._subscriptions.subscription.assignment if kafka else None

@@ -24,7 +24,8 @@ from streams.topics import DLQ_MAX_MESSAGE_BYTES
 log = logging.getLogger(__name__)
 
 Headers = Sequence[tuple[str, bytes]]
-Record = tuple[str, bytes, bytes, Headers, "int | None"]
+# (topic, key, value, headers, partition); a None value is a tombstone
+Record = tuple[str, "bytes | None", "bytes | None", Headers, "int | None"]
 
 # the Java client's partitioner, as Faust and aiokafka use: the same key lands on the same
 # partition whichever of our producers writes it, so every topic stays co-partitioned

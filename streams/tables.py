@@ -51,7 +51,7 @@ class WriteBehindTable(faust.Table):
     """For plain key-value tables: the key expiry of windowed tables is not kept here."""
 
     # newest value per (partition, key) since the last flush
-    _dirty: dict[tuple[int, Any], Any]
+    _dirty: dict[tuple[int | None, Any], Any]
     _sink: Produce | None = None
 
     def __post_init__(self) -> None:

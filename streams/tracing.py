@@ -122,7 +122,11 @@ class _ByIdentity(Generic[V]):
     def __setitem__(self, obj: object, value: V) -> None:
         key = id(obj)
         items = self._items
-        self._items[key] = (weakref.ref(obj, lambda _, k=key: items.pop(k, None)), value)
+
+        def forget(_: object, k: int = key) -> None:
+            items.pop(k, None)
+
+        self._items[key] = (weakref.ref(obj, forget), value)
 
     def __len__(self) -> int:
         return len(self._items)

@@ -112,6 +112,7 @@ class Classifier:
         self.coef = np.ascontiguousarray(head["coef"], dtype=np.float32)
         self.intercept = head["intercept"].astype(np.float32)
         self.labels = [str(x) for x in head["labels"]]
+        # encoder_options are Encoder's own keyword arguments, passed through untouched
         self.encoder = Encoder(model_dir, **encoder_options)  # type: ignore[arg-type]
         if self.coef.shape != (self.encoder.dim, len(self.labels)):
             raise ValueError(f"head coef {self.coef.shape} does not fit the encoder's outputs")

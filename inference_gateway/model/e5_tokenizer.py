@@ -69,7 +69,7 @@ class Tokenizer:
             "max_tokens": data.get("max_tokens", 128),
             **overrides,
         }
-        return cls(data["pieces"], data["scores"], norm=norm, **kwargs)  # type: ignore[arg-type]
+        return cls(data["pieces"], data["scores"], norm=norm, **kwargs)
 
     def normalize(self, text: str) -> str:
         # like SentencePiece's remove_extra_whitespaces: no leading, trailing or double spaces

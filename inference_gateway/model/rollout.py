@@ -192,7 +192,7 @@ def with_canary(config: RoutingConfig, version: str, weight: int) -> RoutingConf
         others[name] -= take
         excess -= take
     if excess < 0:  # the canary shrank: the rest goes back to the default
-        home = config.default if config.default in others else max(others, key=others.get)
+        home = config.default if config.default in others else max(others, key=lambda v: others[v])
         others[home] -= excess
     return RoutingConfig(
         name=config.name, versions={**others, version: weight}, default=config.default
@@ -367,6 +367,7 @@ class Row:
 
 def listing(target: Target, states: Callable[[], dict[int, str]] | None = None) -> list[Row]:
     """Every version on disk or known to Triton, with its type, state and traffic share."""
+    unreachable: str | None
     try:
         found = (states or (lambda: _states(target)))()
     except Exception as error:  # disk and routing are still worth showing
