@@ -175,8 +175,12 @@ class WorkflowEngine:
         if self.steps.home:
             self._build_home()
         # mode types a handler as (sender, *args, signal=...); Faust sends (app, partitions)
-        self.app.on_partitions_revoked.connect(self._on_revoked)  # type: ignore[arg-type]
-        self.app.on_partitions_assigned.connect(self._on_assigned)  # type: ignore[arg-type]
+        self.app.on_partitions_revoked.connect(
+            self._on_revoked  # type: ignore[arg-type]  # mode's stub demands *args
+        )
+        self.app.on_partitions_assigned.connect(
+            self._on_assigned  # type: ignore[arg-type]  # mode's stub demands *args
+        )
         faust_adapter.install_commit(self.app, self.barrier.commit)
         faust_adapter.observe_fetches(self.app, self.hops.fetched)
 

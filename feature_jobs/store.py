@@ -217,7 +217,7 @@ def slots(feature: Feature, grace_s: int) -> int:
 def _first_chars(items: Any) -> set[str] | None:
     """The characters a match of a parsed (sub)pattern can start with; None: any or unknown."""
     # the parser's opcodes (private, hence the guard below; typeshed does not list them)
-    from re import _constants as c  # type: ignore[attr-defined]
+    from re import _constants as c  # type: ignore[attr-defined]  # private: typeshed has no stub
 
     for op, av in items:
         if op is c.AT:

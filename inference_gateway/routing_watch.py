@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
@@ -289,7 +289,8 @@ class RoutingWatcher:
         self.status.applied += 1
         self.status.last_update_at = time.time()
         self.status.configs = {
-            # config(m) is None only for a model not in router.models
-            m: self.router.config(m).model_dump()  # type: ignore[union-attr]
+            # config(m) is None only for a model not in router.models (and this thread is the
+            # router's only writer)
+            m: cast(RoutingConfig, self.router.config(m)).model_dump()
             for m in self.router.models
         }

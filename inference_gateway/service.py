@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -192,11 +192,12 @@ class InferenceService:
             ),
             return_exceptions=True,
         )
+        scores: list[np.ndarray] = []
         for result in results:
             if isinstance(result, BaseException):
                 raise result
-        # gather(return_exceptions=True) types each as T | BaseException: the loop raised those
-        return results  # type: ignore[return-value]
+            scores.append(result)
+        return scores
 
     async def _scores(
         self, batcher: DynamicBatcher, texts: list[str], digests: list[bytes], deadline: float
@@ -230,7 +231,7 @@ class InferenceService:
         for i, future in joined.items():
             rows[i] = await self._join(batcher, future, texts[i], deadline)
         # every row is set by now (cache hits, the computed ones, the joined ones): none is None
-        return np.stack(rows)  # type: ignore[arg-type]
+        return np.stack(cast(list[np.ndarray], rows))
 
     def _joinable(self, key: Key) -> _Flight | None:
         if not self.config.dedupe:

@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 from opentelemetry import context, trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode
@@ -143,7 +143,7 @@ def _client_span(
     t: trace.Tracer, model: str, inputs: Sequence[PredictInput]
 ) -> Iterator[Mapping[str, str]]:
     # get_value gives an object; only caller_spans() stores under this key, a mapping
-    known: Mapping[str, SpanContext] = context.get_value(_CALLER_SPANS) or {}  # type: ignore[assignment]
+    known = cast(Mapping[str, SpanContext], context.get_value(_CALLER_SPANS) or {})
     causes = _distinct(known[i.id] for i in inputs if i.id in known)
     parent, links = _origin(causes) if causes else (None, None)
     attributes = {"ticketflow.model": model, "ticketflow.inputs": len(inputs)}

@@ -158,7 +158,7 @@ class MuxRedis:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         link.waiting.append(future)
         # hiredis's stub types the command as a 1-tuple; it takes any number of arguments
-        link.queue(hiredis.pack_command(tuple(command)))  # type: ignore[arg-type]
+        link.queue(hiredis.pack_command(tuple(command)))  # type: ignore[arg-type]  # stub: 1-tuple
         timer = asyncio.get_running_loop().call_later(self.timeout_s, self._expire, link, future)
         try:
             return await future

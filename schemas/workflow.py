@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -229,7 +229,8 @@ class Step(BaseModel):
 
     def policy_for(self, code: str) -> RetryPolicy | None:
         # retry_on is keyed by RetryableCode, a Literal of str; any other code finds no entry
-        return self.retry_on.get(code, self.retry)  # type: ignore[call-overload]
+        # (read only, so its keys may be seen as plain str)
+        return cast(dict[str, RetryPolicy], self.retry_on).get(code, self.retry)
 
     def targets(self) -> list[str]:
         if self.next is None:
