@@ -144,6 +144,12 @@ class WorkflowEngine:
         self.barrier = CommitBarrier(self.router, self.producer, self.state, self._broken)
 
     @property
+    def table(self) -> WriteBehindTable:
+        """The state table, which only a home worker keeps (a pool's state is RemoteStates)."""
+        assert isinstance(self.state, WriteBehindTable), "only a home worker keeps the state table"
+        return self.state
+
+    @property
     def definition(self) -> WorkflowDefinition:
         return self.topology.definition
 

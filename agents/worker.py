@@ -29,7 +29,6 @@ from streams.faust_adapter import restore_seconds
 from streams.gaps import GapGuard, KafkaProbe
 from streams.kafka_config import aiokafka_kwargs
 from streams.settings import Settings
-from streams.tables import WriteBehindTable
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +69,7 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
         # the state table's changelog too: a worker that subscribes before it exists never
         # learns its partitions, and every state write then fails (two workers starting on
         # fresh topics at once)
-        table = engine.state
-        assert isinstance(table, WriteBehindTable), "a home worker keeps the state table"
-        topics[table.changelog_topic.get_topic_name()] = {"cleanup.policy": "compact"}
+        topics[engine.table.changelog_topic.get_topic_name()] = {"cleanup.policy": "compact"}
     ensure_topics(settings, topics)
     log.info("worker %s runs %s", app.conf.id, ", ".join(sorted(steps.steps)))
 
@@ -154,8 +151,7 @@ def build_worker(settings: Settings) -> tuple[faust.App, WorkflowEngine]:
 
 def _ticket_view(app: faust.App, engine: WorkflowEngine) -> None:
     """`/ticket/{id}`: the ticket's state, from the home worker that owns its partition."""
-    table = engine.state
-    assert isinstance(table, WriteBehindTable), "only a home worker keeps the state table"
+    table = engine.table
 
     @app.page("/ticket/{ticket_id}")
     @app.table_route(table=table, match_info="ticket_id")
