@@ -75,10 +75,13 @@ def create_app(settings: Settings, app_id: str = "ticketflow", **overrides: Any)
         "autodiscover": False,
         # recovery starts as soon as the app does, not a fixed second later
         "TableManager": faust_adapter.PromptTableManager,
+        # Faust's per-event statistics, which nothing reads (the metrics are Prometheus')
+        "Monitor": faust_adapter.QuietMonitor,
     }
     if settings.worker_id:  # static membership (KIP-345): a restart is not a rebalance
         options["consumer_group_instance_id"] = f"{app_id}-{settings.worker_id}"
     options.update(overrides)
     app = faust.App(f"{settings.topic_prefix}{app_id}", **options)
     faust_adapter.shorten_fetch_wait(app, FETCH_WAIT_MS)
+    faust_adapter.deliver_inline(app)
     return app

@@ -29,21 +29,30 @@ What we need from inside Faust, and why:
 - `recovery_view`, `fetch_state`, `reread_changelogs`: how far a table restore got, and a
   way to restart its reading (`streams/recovery_watch.py`: Faust's recovery waits for
   ever when its changelog records stop arriving).
+- `deliver_inline`: Faust's fetch loop hands each record to the streams through
+  `wait_first(callback, suspend_flow.wait())`, four tasks and an `asyncio.wait` per record
+  (about a tenth of a worker's CPU); the callback almost never has to wait, so it is run in
+  place first and put into a task only when it does (docs/perf-profile.md).
+- `QuietMonitor`: Faust's `Monitor` sensor keeps per-event statistics that nothing here
+  reads (the worker's metrics are Prometheus'); it keeps everything else.
 """
 
 from __future__ import annotations
 
+import inspect
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
 
 import faust
 from aiokafka import TopicPartition as KafkaTP
+from faust.sensors import Monitor
 from faust.streams import _current_event
 from faust.tables import TableManager
+from mode.services import WaitResults
 
 FAUST_VERSION = "0.15.3"
 # the aiokafka whose consumer attribute `shorten_fetch_wait` sets
@@ -94,6 +103,93 @@ def shorten_fetch_wait(app: faust.App, wait_ms: int) -> None:
         return consumer
 
     thread._create_worker_consumer = _create_worker_consumer
+
+
+class QuietMonitor(Monitor):
+    """Faust's Monitor without its per-record and per-event bookkeeping (pass as the app's
+    `Monitor` setting); commits, rebalances and assignments are still kept."""
+
+    def on_message_in(self, tp: Any, offset: int, message: Any) -> None:
+        return None
+
+    def on_stream_event_in(self, tp: Any, offset: int, stream: Any, event: Any) -> None:
+        return None
+
+    def on_stream_event_out(
+        self, tp: Any, offset: int, stream: Any, event: Any, state: Any = None
+    ) -> None:
+        return None
+
+    def on_message_out(self, tp: Any, offset: int, message: Any) -> None:
+        return None
+
+    def on_table_get(self, table: Any, key: Any) -> None:
+        return None
+
+    def on_table_set(self, table: Any, key: Any, value: Any) -> None:
+        return None
+
+
+class _Resumed:
+    """The rest of a coroutine that was stepped once by hand and yielded `yielded`, as an
+    awaitable: what `yield from` would do after its first step."""
+
+    def __init__(self, coro: Any, yielded: Any) -> None:
+        self._coro, self._yielded = coro, yielded
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, yielded = self._coro, self._yielded
+        while True:
+            try:
+                sent = yield yielded
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:
+                try:
+                    yielded = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    yielded = coro.send(sent)
+                except StopIteration as stop:
+                    return stop.value
+
+
+def deliver_inline(app: faust.App) -> None:
+    """Make the fetch loop's per-record `wait_first(callback(message), suspend_flow.wait())`
+    run the callback in place: when it finishes without waiting (the queue has room, flow
+    is on) no task is made; when it waits, the rest of it runs under Faust's own
+    `wait_first`, as before. With flow suspended Faust's path is taken unchanged."""
+    consumer = _internals(app.consumer)
+    original = consumer.wait_first
+    suspend = consumer.suspend_flow  # an asyncio.Event in this Faust
+    flow_wait = type(suspend).wait.__code__
+
+    async def wait_first(*coros: Any, timeout: Any = None) -> WaitResults:
+        if (
+            timeout is not None
+            or len(coros) != 2
+            or not inspect.iscoroutine(coros[0])
+            or getattr(coros[1], "cr_code", None) is not flow_wait
+            or suspend.is_set()
+        ):
+            return await original(*coros, timeout=timeout)
+        callback, flow = coros
+        try:
+            yielded = callback.send(None)
+        except StopIteration as stop:
+            flow.close()
+            if consumer._stopped.is_set() or consumer._crashed.is_set():
+                return WaitResults([], [], True)
+            return WaitResults([callback], [stop.value], False)
+        except BaseException:
+            flow.close()
+            raise
+        return await original(_Resumed(callback, yielded), flow)
+
+    consumer.wait_first = wait_first
 
 
 def set_current_event(event: faust.EventT) -> None:

@@ -71,3 +71,99 @@ def test_a_rewind_seeks_on_the_consumer_thread(monkeypatch: pytest.MonkeyPatch) 
     asyncio.run(book.seek({"tp-0": 12, "tp-1": 0}))
     asyncio.run(book.seek({}))
     assert on_thread == [{"tp-0": 12, "tp-1": 0}]
+
+
+def _delivery():
+    """The worker app's consumer after deliver_inline, with a record of what Faust's own
+    wait_first was asked to wait for."""
+    app = _app()
+    consumer = app.consumer
+    asked: list[int] = []
+    faust_wait_first = type(consumer).wait_first
+
+    async def original(*coros, timeout=None):
+        asked.append(len(coros))
+        return await faust_wait_first(consumer, *coros, timeout=timeout)
+
+    consumer.wait_first = original
+    faust_adapter.deliver_inline(app)
+    return consumer, asked
+
+
+def test_a_record_that_needs_no_wait_is_delivered_without_tasks() -> None:
+    async def main():
+        consumer, asked = _delivery()
+        delivered: list[str] = []
+
+        async def callback(value: str) -> str:
+            delivered.append(value)
+            return value
+
+        result = await consumer.wait_first(callback("r1"), consumer.suspend_flow.wait())
+        return delivered, asked, result
+
+    delivered, asked, result = asyncio.run(main())
+    assert delivered == ["r1"]
+    assert asked == []  # no task, no asyncio.wait: run in place
+    assert result.results == ["r1"] and not result.stopped
+
+
+def test_a_record_that_waits_finishes_under_fausts_wait_first() -> None:
+    async def main():
+        consumer, asked = _delivery()
+        room = asyncio.Event()
+        delivered: list[str] = []
+
+        async def callback(value: str) -> str:
+            await room.wait()  # a full stream queue
+            await asyncio.sleep(0)
+            delivered.append(value)
+            return value
+
+        asyncio.get_running_loop().call_later(0.01, room.set)
+        result = await consumer.wait_first(callback("r2"), consumer.suspend_flow.wait())
+        return delivered, asked, result
+
+    delivered, asked, result = asyncio.run(main())
+    assert delivered == ["r2"] and asked == [2]
+    assert result.results == ["r2"]
+
+
+def test_a_suspended_flow_abandons_a_waiting_record_as_faust_does() -> None:
+    async def main():
+        consumer, asked = _delivery()
+        started: list[str] = []
+
+        async def callback(value: str) -> None:
+            started.append(value)
+            await asyncio.Event().wait()  # never gets room
+            raise AssertionError("delivered after the flow was suspended")
+
+        asyncio.get_running_loop().call_later(0.01, consumer.suspend_flow.set)
+        await asyncio.wait_for(consumer.wait_first(callback("r3"), consumer.suspend_flow.wait()), 1)
+        # once suspended, a new record goes Faust's way unchanged
+        await consumer.wait_first(callback("r4"), consumer.suspend_flow.wait())
+        return started, asked
+
+    started, asked = asyncio.run(main())
+    assert started == ["r3", "r4"] and asked == [2, 2]
+
+
+def test_a_failing_delivery_raises_to_the_fetch_loop() -> None:
+    async def main():
+        consumer, _ = _delivery()
+
+        async def callback() -> None:
+            raise ValueError("decode")
+
+        await consumer.wait_first(callback(), consumer.suspend_flow.wait())
+
+    with pytest.raises(ValueError):
+        asyncio.run(main())
+
+
+def test_the_monitor_keeps_no_per_event_statistics() -> None:
+    app = _app()
+    assert isinstance(app.monitor, faust_adapter.QuietMonitor)
+    app.monitor.on_message_in(None, 1, None)
+    assert app.monitor.messages_received_total == 0
