@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -23,6 +24,7 @@ from agents import metrics
 from agents.decoding import header, traceparent
 from schemas.tickets import AuditOutcome, AuditTrail, DecisionStep, Envelope, ErrorClass, StepStatus
 from schemas.workflow import Step
+from streams.bundles import chunks, pack
 from streams.codecs import encode
 from streams.headers import (
     REPLAY_COUNT,
@@ -31,7 +33,8 @@ from streams.headers import (
     new_traceparent,
     replay_count,
 )
-from streams.producer import AsyncProducer
+from streams.partitioning import partition_for
+from streams.producer import AsyncProducer, Record
 from streams.topics import Topics
 from streams.tracing import configure, step_spans
 
@@ -42,16 +45,29 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+# a bundle stays well under the broker's default 1 MB record limit
+BUNDLE_MAX_BYTES = 256 * 1024
+
+
 def now_ms() -> float:
     """Epoch milliseconds, as a decision-path entry's `at_ms`."""
     return round(time.time() * 1000, 3)
 
 
 class Emitter:
-    def __init__(self, producer: AsyncProducer, topics: Topics, max_replays: int) -> None:
+    def __init__(
+        self,
+        producer: AsyncProducer,
+        topics: Topics,
+        max_replays: int,
+        partitions: Callable[[str], int | None] | None = None,
+    ) -> None:
+        """`partitions(topic)`: the topic's partition count, None where unknown (its
+        envelopes then go one record each); without it, no bundles are written."""
         self.producer = producer
         self.topics = topics
         self.max_replays = max_replays
+        self._partitions = partitions
         # here, not in the worker's main: the one object every worker process builds once;
         # without an OTLP endpoint nothing is installed and spans cost one check
         configure("ticketflow-worker")
@@ -66,6 +82,35 @@ class Emitter:
                 (topic, env.ticket.ticket_id.encode(), encode(env), self.trace_headers(env), None)
                 for topic, env in outgoing
             )
+
+    def send_to_steps(self, outgoing: Sequence[tuple[str, Envelope]]) -> None:
+        """A batch's envelopes to their next steps' topics: those bound for one partition
+        of one topic as one bundle (streams/bundles.py), the partition their keys would
+        pick. One record each where a bundle would hold one, where the topic's partitions
+        are unknown here, and with tracing on (a span travels in its record's headers)."""
+        if self._partitions is None or step_spans.on or len(outgoing) < 2:
+            self.send_many(outgoing)
+            return
+        single: list[tuple[str, Envelope]] = []
+        groups: dict[tuple[str, int], list[tuple[str, Envelope]]] = defaultdict(list)
+        for topic, env in outgoing:
+            n = self._partitions(topic)
+            if not n:
+                single.append((topic, env))
+                continue
+            key = env.ticket.ticket_id.encode()
+            groups[topic, partition_for(key, n)].append((topic, env))
+        records: list[Record] = []
+        for (topic, partition), group in groups.items():
+            if len(group) == 1:
+                single.extend(group)
+                continue
+            parts = [(env.ticket.ticket_id.encode(), encode(env)) for _, env in group]
+            for run in chunks(parts, BUNDLE_MAX_BYTES):
+                records.append((topic, None, pack(run), [], partition))
+        self.send_many(single)
+        self.producer.produce_many(records)
+        metrics.BUNDLED.inc(len(outgoing) - len(single))
 
     def trace_headers(self, env: Envelope) -> list[tuple[str, bytes]]:
         parent = step_spans.traceparent(env) or child_traceparent(env.trace_id)

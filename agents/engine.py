@@ -38,6 +38,7 @@ from agents.decoding import read_envelope, read_ticket, retry_wait_s, trace_id, 
 from agents.emitter import Emitter, utcnow
 from agents.errors import BadRecord
 from agents.hops import HopClock
+from agents.parts import carrier, open_bundles
 from agents.remote_state import RemoteStates, StateInbox
 from agents.review_agent import ReviewAgent
 from agents.router import Router
@@ -113,10 +114,15 @@ class WorkflowEngine:
         self.states: States
         if self.steps.home:
             self.state = self._table()
-            self.states = TicketStates(self.state, faust_adapter.set_current_event)
+            # a table write goes to the partition of the event that carried the ticket
+            self.states = TicketStates(
+                self.state, lambda item: faust_adapter.set_current_event(carrier(item))
+            )
         else:
             self.state = self.states = RemoteStates(self.producer, self.topics)
-        self.emitter = Emitter(self.producer, self.topics, settings.max_replays)
+        self.emitter = Emitter(
+            self.producer, self.topics, settings.max_replays, app.consumer.topic_partitions
+        )
         # keyed: a reader of tickets.audit cannot confirm a guess of a ticket's text
         self.audit_digest = audit_digest(settings)
         self.hops = HopClock(
@@ -174,10 +180,10 @@ class WorkflowEngine:
         faust_adapter.check_version()
         first = self.topology.first
         if self.steps.runs(first.name):
-            self._agent(self.topics.tickets_in, first, self._validate_batch)
+            self._agent(self.topics.tickets_in, first, self._validate_batch, bundled=False)
         for step in self.topology.later_steps():
             if self.steps.runs(step.name):
-                self._agent(self.topics.step(step.name), step, self._step_batch)
+                self._agent(self.topics.step(step.name), step, self._step_batch, bundled=True)
         if self.steps.home:
             self._build_home()
         # mode types a handler as (sender, *args, signal=...); Faust sends (app, partitions)
@@ -200,7 +206,9 @@ class WorkflowEngine:
         inbox = StateInbox(self.states, self.topology, self.emitter)
         self._each(self.topics.state, "state", inbox.handle)
 
-    def _agent(self, topic: str, step: Step, handle: Any) -> None:
+    def _agent(self, topic: str, step: Step, handle: Any, bundled: bool) -> None:
+        """`bundled`: the topic is a step's, where a record may be a bundle of envelopes
+        (streams/bundles.py); its parts are handled, and isolated, one by one."""
         what = f"step {step.name}"
 
         async def batch(events: Sequence[Any]) -> None:
@@ -212,7 +220,8 @@ class WorkflowEngine:
         async def run(stream: faust.StreamT) -> None:
             async for events in take_ready(stream, BATCH_MAX):
                 step_spans.refresh()
-                await process_isolated(what, batch, events, poisoned)
+                items = open_bundles(events) if bundled else events
+                await process_isolated(what, batch, items, poisoned)
 
         agent = self.app.agent(
             _raw_topic(self.app, topic), name=f"step-{step.name}", concurrency=step.concurrency
@@ -368,7 +377,7 @@ class WorkflowEngine:
                 if keyed:
                     self.states.move(event, fresh_state(env), "running", hop.step.name)
                 outgoing.append((self.topics.step(hop.step.name), env))
-            self.emitter.send_many(outgoing)  # the batch's envelopes in one hand-off
+            self.emitter.send_to_steps(outgoing)  # one record per partition and next step
             for name, group in fused.items():
                 work.append((self.topology.step_of(group[0][1], name), group, False))
 

@@ -15,6 +15,9 @@ STEP_DURATION = Histogram(
 TICKETS = Counter("workflow_tickets_total", "Tickets completed, by route", ["route"])
 DLQ = Counter("dlq_records_total", "Records dead-lettered", ["step", "error_class"])
 RETRIES = Counter("retries_total", "Step attempts sent to a retry tier", ["step"])
+BUNDLED = Counter(
+    "workflow_bundled_envelopes_total", "Envelopes sent to a step inside a bundle record"
+)
 DUPLICATES = Counter("workflow_duplicates_total", "Second arrivals of a ticket_id, dropped")
 BREAKER = Gauge("circuit_breaker_state", "0 closed, 1 half-open, 2 open", ["target"])
 REVIEWS = Counter("workflow_review_decisions_total", "Review decisions, by outcome", ["outcome"])

@@ -19,6 +19,7 @@ import devstack as stack
 from benchmarks.pipeline import fused_definition
 from devstack import app_processes
 from streams.admin import topic_size
+from streams.bundles import is_bundle, unpack
 from streams.settings import Settings
 from streams.topics import Topics
 from tests.integration.kafka_helpers import ROUTES, Collector, publish, tickets, trace_keys
@@ -108,6 +109,13 @@ def any_pipeline(request, tmp_path, live_stack, gateway, worker):
     p.close()
 
 
+def envelope_keys(value: bytes) -> list[str]:
+    """The ticket_ids of the envelopes a step record carries, one or a bundle of them."""
+    if is_bundle(value):
+        return [orjson.loads(v)["ticket"]["ticket_id"] for _, v in unpack(value)]
+    return [orjson.loads(value)["ticket"]["ticket_id"]]
+
+
 def count_results(records) -> Counter:
     return Counter(m.key().decode() for m in records)
 
@@ -161,7 +169,15 @@ def test_fused_steps_keep_every_audit_entry_and_decision_step(tmp_path, live_sta
         assert per_ticket == paths, "an audit entry per decision step"
         # two hops, not six: the middle steps' topics carried nothing
         assert topic_size(p.settings, p.topics.step("infer")) == 0
-        assert topic_size(p.settings, p.topics.step("features")) == len(batch)
+        # and the one hop carried each ticket once, in bundles (streams/bundles.py)
+        hop = Collector(p.settings.kafka_bootstrap, [p.topics.step("features")])
+        try:
+            size = topic_size(p.settings, p.topics.step("features"))
+            records = hop.until(lambda rs: len(rs) >= size, 60, 1)
+        finally:
+            hop.close()
+        keys = [k for m in records for k in envelope_keys(m.value())]
+        assert sorted(keys) == sorted(t["ticket_id"] for t in batch)
     finally:
         audit.close()
         p.close()
