@@ -92,20 +92,20 @@ class Emitter:
             self.send_many(outgoing)
             return
         single: list[tuple[str, Envelope]] = []
-        groups: dict[tuple[str, int], list[tuple[str, Envelope]]] = defaultdict(list)
+        groups: dict[tuple[str, int], list[tuple[bytes, Envelope]]] = defaultdict(list)
         for topic, env in outgoing:
             n = self._partitions(topic)
             if not n:
                 single.append((topic, env))
                 continue
             key = env.ticket.ticket_id.encode()
-            groups[topic, partition_for(key, n)].append((topic, env))
+            groups[topic, partition_for(key, n)].append((key, env))
         records: list[Record] = []
         for (topic, partition), group in groups.items():
             if len(group) == 1:
-                single.extend(group)
+                single.append((topic, group[0][1]))
                 continue
-            parts = [(env.ticket.ticket_id.encode(), encode(env)) for _, env in group]
+            parts = [(key, encode(env)) for key, env in group]
             for run in chunks(parts, BUNDLE_MAX_BYTES):
                 records.append((topic, None, pack(run), [], partition))
         self.send_many(single)
