@@ -115,6 +115,7 @@ def read_envelope(
     key: object = NO_KEY,
     step: str | None = None,
     now: datetime | None = None,
+    written: Envelope | None = None,
 ) -> Envelope:
     """An `Envelope` from a step or retry topic, or BadRecord(INTERNAL, why).
 
@@ -125,9 +126,15 @@ def read_envelope(
     partition) or a `step` other than the topic's. A `started_at` in the future (a forged
     record, or another worker's clock ahead of ours) is clamped to `now`: a result's
     latency must not be negative.
+
+    `written`: the envelope this worker encoded into exactly these bytes
+    (agents/handoff.py), which stands for their parse; every check above still applies.
     """
-    raw = _bytes(value, ErrorClass.INTERNAL)
-    env = _validated(Envelope, raw, ErrorClass.INTERNAL, "not an envelope")
+    if written is not None:
+        env = written
+    else:
+        raw = _bytes(value, ErrorClass.INTERNAL)
+        env = _validated(Envelope, raw, ErrorClass.INTERNAL, "not an envelope")
     problem = _envelope_problem(env, known_steps, versions, key, step)
     if problem is not None:
         raise BadRecord(ErrorClass.INTERNAL, _safe(problem))

@@ -22,6 +22,7 @@ from typing import Any
 
 from agents import metrics
 from agents.decoding import header, traceparent
+from agents.handoff import Handoff
 from schemas.tickets import AuditOutcome, AuditTrail, DecisionStep, Envelope, ErrorClass, StepStatus
 from schemas.workflow import Step
 from streams.bundles import chunks, pack
@@ -61,13 +62,17 @@ class Emitter:
         topics: Topics,
         max_replays: int,
         partitions: Callable[[str], int | None] | None = None,
+        handoff: Handoff | None = None,
     ) -> None:
         """`partitions(topic)`: the topic's partition count, None where unknown (its
-        envelopes then go one record each); without it, no bundles are written."""
+        envelopes then go one record each); without it, no bundles are written.
+        `handoff`: where envelopes bound for a partition this worker reads are kept, so
+        that its reader takes them without parsing them again (agents/handoff.py)."""
         self.producer = producer
         self.topics = topics
         self.max_replays = max_replays
         self._partitions = partitions
+        self.handoff = handoff
         # here, not in the worker's main: the one object every worker process builds once;
         # without an OTLP endpoint nothing is installed and spans cost one check
         configure("ticketflow-worker")
@@ -88,29 +93,36 @@ class Emitter:
         of one topic as one bundle (streams/bundles.py), the partition their keys would
         pick. One record each where a bundle would hold one, where the topic's partitions
         are unknown here, and with tracing on (a span travels in its record's headers)."""
-        if self._partitions is None or step_spans.on or len(outgoing) < 2:
+        if self._partitions is None or step_spans.on:
             self.send_many(outgoing)
             return
-        single: list[tuple[str, Envelope]] = []
+        unknown: list[tuple[str, Envelope]] = []
         groups: dict[tuple[str, int], list[tuple[bytes, Envelope]]] = defaultdict(list)
         for topic, env in outgoing:
             n = self._partitions(topic)
             if not n:
-                single.append((topic, env))
+                unknown.append((topic, env))
                 continue
             key = env.ticket.ticket_id.encode()
             groups[topic, partition_for(key, n)].append((key, env))
         records: list[Record] = []
+        bundled = 0
         for (topic, partition), group in groups.items():
-            if len(group) == 1:
-                single.append((topic, group[0][1]))
-                continue
             parts = [(key, encode(env)) for key, env in group]
+            if self.handoff is not None and self.handoff.reads(topic, partition):
+                for (_, value), (_, env) in zip(parts, group, strict=True):
+                    self.handoff.keep(value, env)
+            if len(parts) == 1:
+                key, value = parts[0]
+                env = group[0][1]
+                records.append((topic, key, value, self.trace_headers(env), partition))
+                continue
+            bundled += len(parts)
             for run in chunks(parts, BUNDLE_MAX_BYTES):
                 records.append((topic, None, pack(run), [], partition))
-        self.send_many(single)
+        self.send_many(unknown)
         self.producer.produce_many(records)
-        metrics.BUNDLED.inc(len(outgoing) - len(single))
+        metrics.BUNDLED.inc(bundled)
 
     def trace_headers(self, env: Envelope) -> list[tuple[str, bytes]]:
         parent = step_spans.traceparent(env) or child_traceparent(env.trace_id)

@@ -37,6 +37,7 @@ from agents.batches import process_isolated
 from agents.decoding import read_envelope, read_ticket, retry_wait_s, trace_id, traceparent
 from agents.emitter import Emitter, utcnow
 from agents.errors import BadRecord
+from agents.handoff import Handoff
 from agents.hops import HopClock
 from agents.parts import carrier, open_bundles
 from agents.remote_state import RemoteStates, StateInbox
@@ -120,8 +121,13 @@ class WorkflowEngine:
             )
         else:
             self.state = self.states = RemoteStates(self.producer, self.topics)
+        self.handoff = Handoff()
         self.emitter = Emitter(
-            self.producer, self.topics, settings.max_replays, app.consumer.topic_partitions
+            self.producer,
+            self.topics,
+            settings.max_replays,
+            app.consumer.topic_partitions,
+            self.handoff,
         )
         # keyed: a reader of tickets.audit cannot confirm a guess of a ticket's text
         self.audit_digest = audit_digest(settings)
@@ -259,9 +265,11 @@ class WorkflowEngine:
         )
 
     async def _on_assigned(self, app: faust.App, assigned: set, **_: Any) -> None:
+        self.handoff.reading((tp.topic, tp.partition) for tp in faust_adapter.assignment(app))
         self.router.on_assigned({tp.partition for tp in assigned if tp.topic == self.router.topic})
 
     async def _on_revoked(self, app: faust.App, revoked: set, **_: Any) -> None:
+        self.handoff.reading(())
         await self.router.on_revoked(
             {tp.partition for tp in revoked if tp.topic == self.router.topic}
         )
@@ -313,12 +321,15 @@ class WorkflowEngine:
     async def _step_batch(self, step: Step, events: Sequence[Any]) -> None:
         self.hops.delivered(step.name, events)
         admitted = []
+        taken = self.handoff.taken
         for event in events:
             env = self._read(event, step)
             if env is not None and self._admit(event, env):
                 if step_spans.on:
                     step_spans.adopt(env, traceparent(event.message.headers))
                 admitted.append((event, env))
+        if self.handoff.taken > taken:
+            metrics.HANDED.inc(self.handoff.taken - taken)
         await self._run_from(step, admitted, keyed=True)
 
     def _read(self, event: Any, step: Step) -> Envelope | None:
@@ -330,6 +341,7 @@ class WorkflowEngine:
                 self.topology.version_numbers,
                 key=msg.key,
                 step=step.name,
+                written=self.handoff.take(msg.value),
             )
         except BadRecord as exc:  # not ours: a hand-written record on our topic
             self.emitter.dead_letter(event, step.name, exc.error_class, exc.reason, 1)

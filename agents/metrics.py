@@ -18,6 +18,10 @@ RETRIES = Counter("retries_total", "Step attempts sent to a retry tier", ["step"
 BUNDLED = Counter(
     "workflow_bundled_envelopes_total", "Envelopes sent to a step inside a bundle record"
 )
+HANDED = Counter(
+    "workflow_handed_envelopes_total",
+    "Envelopes a step took in memory from its own writer instead of parsing (agents/handoff.py)",
+)
 DUPLICATES = Counter("workflow_duplicates_total", "Second arrivals of a ticket_id, dropped")
 BREAKER = Gauge("circuit_breaker_state", "0 closed, 1 half-open, 2 open", ["target"])
 REVIEWS = Counter("workflow_review_decisions_total", "Review decisions, by outcome", ["outcome"])
