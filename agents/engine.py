@@ -126,7 +126,7 @@ class WorkflowEngine:
             self.producer,
             self.topics,
             settings.max_replays,
-            app.consumer.topic_partitions,
+            lambda topic: faust_adapter.topic_partitions(app, topic),
             self.handoff,
         )
         # keyed: a reader of tickets.audit cannot confirm a guess of a ticket's text

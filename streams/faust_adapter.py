@@ -225,6 +225,15 @@ def observe_fetches(app: faust.App, seen: Callable[[Any, float], None]) -> None:
     thread._fetch_records = _fetch_records
 
 
+def topic_partitions(app: faust.App, topic: str) -> int | None:
+    """The partition count of `topic` from the consumer's cluster metadata, None where
+    unknown. Faust's own `topic_partitions` reads the group coordinator's snapshot, which
+    aiokafka keeps on the group's leader only: every other member would see None."""
+    kafka = _internals(app.consumer)._thread._consumer
+    partitions = kafka._client.cluster.partitions_for_topic(topic) if kafka else None
+    return len(partitions) if partitions else app.consumer.topic_partitions(topic)
+
+
 def assignment(app: faust.App) -> set[Any]:
     """The partitions this worker's consumer holds now (its transport's own view)."""
     return set(app.consumer.assignment())

@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,23 @@ def test_a_child_killed_mid_stream_is_restarted_and_nothing_is_lost_or_doubled(t
     feeder.join(120)
     assert_exactly_once(batch, p.results_for(batch, 240), p)
     assert p.worker.process.poll() is None  # the supervisor lives on
+
+
+def _counter(port: int, name: str) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+
+def test_every_child_bundles_and_hands_over_not_only_the_groups_leader(two):
+    """Each child knows every step topic's partition count (aiokafka keeps the group
+    coordinator's metadata snapshot on the leader only), so each bundles a batch and takes
+    its own envelopes in memory (agents/handoff.py)."""
+    p = two
+    batch = tickets(800, "procs-bundles", seed=24)
+    p.publish(batch)  # a burst: every step's batches hold many envelopes a partition
+    assert_exactly_once(batch, p.results_for(batch, 240), p)
+    base = p.settings.worker_web_port
+    for child in range(2):
+        port = base + 10 * child
+        assert _counter(port, "workflow_bundled_envelopes_total") > 0, f"child {child}"
+        assert _counter(port, "workflow_handed_envelopes_total") > 0, f"child {child}"
