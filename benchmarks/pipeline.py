@@ -79,6 +79,9 @@ class Variant:
     recovery: dict[str, float] = field(default_factory=dict)
     # CPU (user + sys) of the variant's own process(es) over the max-throughput burst
     cpu_ms_per_ticket: float | None = None
+    # the whole machine's busy cores over that burst (every process: broker, gateway,
+    # Triton, this client): what is left for a second worker process
+    cores_busy: float | None = None
     # a ticketflow worker's mean hop between two steps, split where it is measured
     hop_ms: dict[str, float] = field(default_factory=dict)
     # the report's name for it in ratios (a, b, c, c2, d, e, e0.1); empty: by position
@@ -214,12 +217,21 @@ async def _measure(
     task = progress.add_task(f"{variant.name}: throughput", total=None)
     # connections, caches and the first assignment warmed before anything is measured
     await _run_load(settings, source, sinks, _tickets(WARM_UP, f"{run}-warm"), None)
+    marks: list[tuple[float, float]] = []
+
+    def clock() -> float:  # read just before the burst's first record and after its last
+        marks.append((machine_busy_s(), time.monotonic()))
+        return cpu() if cpu else float("nan")
+
     rate, _, values, cpu_s = await _run_load(
-        settings, source, sinks, _tickets(n, f"{run}-max"), None, cpu
+        settings, source, sinks, _tickets(n, f"{run}-max"), None, clock
     )
     variant.max_per_s = round(rate, 1)
     if cpu is not None and values:
         variant.cpu_ms_per_ticket = round(cpu_s * 1000 / len(values), 3)
+    if len(marks) == 2 and marks[1][1] > marks[0][1]:
+        busy = (marks[1][0] - marks[0][0]) / (marks[1][1] - marks[0][1])
+        variant.cores_busy = round(busy, 2)
     progress.update(task, description=f"{variant.name}: {rate:.0f}/s max", completed=1, total=1)
     count = int(LOW_RATE * 10)  # 10 s at an idle rate
     _, lat, _, _ = await _run_load(settings, source, sinks, _tickets(count, f"{run}-low"), LOW_RATE)
@@ -274,6 +286,17 @@ def process_cpu_s(pid: int) -> float:
     # utime and stime, fields 14 and 15 of stat(5)
     ticks = sum(int(stats[p][11]) + int(stats[p][12]) for p in tree if p in stats)
     return ticks / _CLOCK_TICKS
+
+
+def machine_busy_s() -> float:
+    """CPU seconds every core of the machine has spent busy since boot (/proc/stat)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return float("nan")
+    # user nice system idle iowait irq softirq steal: all but idle and iowait are busy
+    ticks = [int(f) for f in fields[:8]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / _CLOCK_TICKS
 
 
 def _spawn(settings: Settings, python: Path | str, args: list[str], log_name: str) -> Service:
@@ -654,11 +677,14 @@ def _report(variants: list[Variant], out: Path, skipped: dict[str, str] | None =
     by = {v.key or k: v for k, v in zip("abcde", variants, strict=False)}
     by.update({v.key: v for v in variants[5:] if v.key})
     keys = list(dict.fromkeys(k for v in variants for k in v.latency_ms))
-    table = Table("variant", "max/s", "CPU ms/ticket", *(f"p50/p99 @{k}" for k in keys))
+    table = Table(
+        "variant", "max/s", "CPU ms/ticket", "cores busy", *(f"p50/p99 @{k}" for k in keys)
+    )
     for v in variants:
         at = {k: v.latency_ms.get(k) for k in keys}
         cells = [f"{x['p50']:.0f}/{x['p99']:.0f} ms" if x else "-" for x in at.values()]
-        table.add_row(v.name, f"{v.max_per_s:.0f}", _cpu_cell(v), *cells)
+        busy = "n/a" if v.cores_busy is None else f"{v.cores_busy:.2f}/{os.cpu_count()}"
+        table.add_row(v.name, f"{v.max_per_s:.0f}", _cpu_cell(v), busy, *cells)
     console.print(table)
     console.print(f"CPU ms/ticket: {CPU_NOTE}")
     ratios = _ratios(by, lambda v: v.max_per_s)

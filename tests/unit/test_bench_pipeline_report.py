@@ -204,3 +204,12 @@ def test_two_processes_and_both_peer_cadences_get_ratios_and_the_low_rate_a_colu
     assert ratios["c2_over_c"] == 1.4 and ratios["c_over_e"] == 2.0
     assert ratios["c_over_e0.1"] == 3.0 and ratios["c2_over_a"] == 0.14
     assert "5/s" in capsys.readouterr().out.replace("\n", "")
+
+
+def test_the_machines_busy_seconds_grow_with_work() -> None:
+    from benchmarks.pipeline import machine_busy_s
+
+    before, started = machine_busy_s(), time.process_time()
+    while time.process_time() - started < 0.3:  # 0.3 s of this process's CPU
+        pass
+    assert machine_busy_s() - before >= 0.2  # jiffies: 10 ms steps
