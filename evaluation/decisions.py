@@ -49,6 +49,14 @@ def validation_cases() -> list[ev.Case]:
     return out
 
 
+def workflow_below() -> float:
+    """The default workflow's cascade threshold (its infer step's `cascade.below`)."""
+    for s in ev.load_definition_steps():
+        if s.cascade is not None:
+            return s.cascade.below
+    raise ValueError("the default workflow has no cascade")
+
+
 def ece(confidence: np.ndarray, correct: np.ndarray, bins: int = 10) -> float:
     """Expected calibration error over equal-width bins of the confidence."""
     idx = np.clip((confidence * bins).astype(int), 0, bins - 1)
@@ -294,7 +302,9 @@ def decisions(
     choose: Annotated[
         bool, typer.Option(help="choose the cascade's below and the band on this set")
     ] = False,
-    below: Annotated[float, typer.Option(help="the cascade's threshold")] = 0.6,
+    below: Annotated[
+        float | None, typer.Option(help="the cascade's threshold (default: the workflow's)")
+    ] = None,
     model_dir: Annotated[
         Path, typer.Option(help="ticket_classifier's folder (1/, 2/)")
     ] = ev.MODEL_DIR,
@@ -312,7 +322,9 @@ def decisions(
         typer.echo("--choose is for the validation split only")
         raise typer.Exit(2)
     cases = ev.load_cases(fixture) if fixture else validation_cases()
-    results = run(cases, step, head, below, choose, model_dir)
+    results = run(
+        cases, step, head, workflow_below() if below is None else below, choose, model_dir
+    )
     results.update(set=fixture.name if fixture else "the validation split", n=len(cases))
     results["intent_head"] = head.name if head else None
     out.parent.mkdir(parents=True, exist_ok=True)

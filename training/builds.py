@@ -1,9 +1,10 @@
 """`ticketflow model build`: a new version of `ticket_classifier`, built into a staging folder.
 
 A build learns from the corpus's training split (train.py's, so held-out accuracy compares with
-versions 1 and 2) plus reviewers' decisions (`feedback.Example`), each repeated
-`feedback_weight` times: a decision is a ticket the deployed model got wrong or was unsure of,
-worth more than one more template ticket. Three types:
+versions 1 and 2) and the hand-written sets of earlier rounds (`earlier_sets.py`), as versions
+1 and 2 do, plus reviewers' decisions (`feedback.Example`), each repeated `feedback_weight`
+times: a decision is a ticket the deployed model got wrong or was unsure of, worth more than
+one more template ticket. Three types:
 
 - `v1`: hashed n-gram logistic regression (train.fit / export), seconds;
 - `v2`: the e5 encoder of version 2 (copied from 2/ when built, else exported) + a new head;
@@ -28,6 +29,7 @@ import numpy as np
 from inference_gateway.model.repository import BUILD_FILE, MODEL_DIR
 from schemas.tickets import CATEGORIES
 
+from . import earlier_sets
 from .feedback import Example
 
 if TYPE_CHECKING:
@@ -49,6 +51,7 @@ def _train() -> ModuleType:
 def _with_feedback(
     rows: list[dict], feedback: Sequence[Example], weight: int
 ) -> tuple[list[str], np.ndarray]:
+    rows = earlier_sets.weighted(rows)
     texts = [r["text"] for r in rows] + [e.text for e in feedback] * weight
     cats = [r["category"] for r in rows] + [e.category for e in feedback] * weight
     return texts, np.array([CATEGORIES.index(c) for c in cats])
@@ -103,7 +106,7 @@ def build_e5(out: Path, feedback: Sequence[Example], weight: int, *, int8: bool)
         encoder.max_chunk_rows = quantize.INT8_ROWS_PER_CALL  # as served: see triton_v2_int8
     train_rows, test_rows = train.split()
     texts, y = _with_feedback(train_rows[: train.V2_N_TRAIN], feedback, weight)
-    coef, intercept, c = train.fit_head(encoder.embed(texts), y)
+    coef, intercept, c = train.fit_head(train.embed_once(encoder, texts), y)
     y_test = np.array([CATEGORIES.index(r["category"]) for r in test_rows])
     y_pred = (encoder.embed([r["text"] for r in test_rows]) @ coef + intercept).argmax(axis=1)
     hand = encoder.embed([t for t, _ in handwritten.TICKETS]) @ coef + intercept

@@ -27,6 +27,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
@@ -37,7 +38,7 @@ from inference_gateway.model import featurize
 from inference_gateway.model.repository import MODEL_DIR
 from schemas.tickets import CATEGORIES
 
-from . import corpus, handwritten
+from . import corpus, earlier_sets, handwritten
 from .dataset import N_TICKETS, SEED, split, to_csr
 
 HERE = Path(__file__).resolve().parent
@@ -48,6 +49,7 @@ V2_OUT = MODEL_DIR / "2"
 SOURCES = [HERE / f for f in ("corpus.py", "phrases_en.py", "phrases_zh.py", "slots.py")]
 SOURCES += [HERE / "train.py", HERE / "dataset.py", HERE / "handwritten.py"]
 SOURCES.append(HERE / "hard_negatives.py")
+SOURCES += [HERE / "earlier_sets.py", *earlier_sets.paths()]
 SOURCES.append(SERVING / "featurize.py")
 # version 2 is built from the corpus and these (featurize.py is v1's, but cheap to include)
 V2_SOURCES = [*SOURCES, HERE / "e5_export.py"]
@@ -139,6 +141,7 @@ def train(out_dir: Path, n: int = N_TICKETS, seed: int = SEED) -> dict:
     check_labels_file()
     t0 = time.perf_counter()
     train_rows, test_rows = split(n, seed)
+    train_rows = earlier_sets.weighted(train_rows)
     labels = [CATEGORIES.index(r["category"]) for r in train_rows]
     coef, intercept = fit([r["text"] for r in train_rows], labels)
     metrics = evaluate(coef, intercept, test_rows)
@@ -212,6 +215,13 @@ def fit_head(
     return coef, intercept, best
 
 
+def embed_once(encoder: Any, texts: list[str]) -> np.ndarray:
+    """`encoder.embed(texts)`, each distinct text embedded once (weighted rows repeat)."""
+    distinct = list(dict.fromkeys(texts))
+    at = {t: i for i, t in enumerate(distinct)}
+    return encoder.embed(distinct)[[at[t] for t in texts]]
+
+
 def save_head(out_dir: Path, coef: np.ndarray, intercept: np.ndarray) -> None:
     """Version 2's head.npz, as e5_runtime.Classifier reads it."""
     from inference_gateway.model import e5_runtime
@@ -250,10 +260,10 @@ def train_v2(out_dir: Path, n: int = N_TICKETS, seed: int = SEED) -> dict:
     final_dir, out_dir = out_dir, build
 
     train_rows, test_rows = split(n, seed)
-    train_rows = train_rows[:V2_N_TRAIN]
+    train_rows = earlier_sets.weighted(train_rows[:V2_N_TRAIN])
     encoder = e5_runtime.Encoder(out_dir)
     t1 = time.perf_counter()
-    x_train = encoder.embed([r["text"] for r in train_rows])
+    x_train = embed_once(encoder, [r["text"] for r in train_rows])
     x_test = encoder.embed([r["text"] for r in test_rows])
     t_embed = time.perf_counter() - t1
     y_train = np.array([CATEGORIES.index(r["category"]) for r in train_rows])
