@@ -12,6 +12,7 @@ Digit runs collapse to one token: order numbers and amounts carry no class signa
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
@@ -83,12 +84,39 @@ def _hash(feature: str, n_features: int) -> int:
     return zlib.crc32(feature.encode("utf-8")) % n_features
 
 
+# A token's features are the same in every text: its hashed buckets are kept, most recent
+# first. Words repeat across tickets, so most of a text's tokens and bigrams are found here
+# and not hashed again (features and values are identical either way).
+_CACHED = 1 << 16
+
+
+@functools.lru_cache(maxsize=_CACHED)
+def _token_buckets(tok: str, n_features: int) -> tuple[int, ...]:
+    grams = _cjk_grams(tok) if _CJK_RUN.fullmatch(tok) else _latin_grams(tok)
+    return tuple(_hash(g, n_features) for g in grams)
+
+
+@functools.lru_cache(maxsize=_CACHED)
+def _bigram_bucket(a: str, b: str, n_features: int) -> int:
+    return _hash("b:" + a + " " + b, n_features)
+
+
+def _buckets(text: str, n_features: int) -> dict[int, int]:
+    """Bucket -> count of `features(text)`, hashed."""
+    buckets: dict[int, int] = {}
+    toks = tokens(text)
+    for tok in toks:
+        for idx in _token_buckets(tok, n_features):
+            buckets[idx] = buckets.get(idx, 0) + 1
+    for a, b in itertools.pairwise(toks):
+        idx = _bigram_bucket(a, b, n_features)
+        buckets[idx] = buckets.get(idx, 0) + 1
+    return buckets
+
+
 def featurize(text: str, n_features: int = N_FEATURES) -> tuple[np.ndarray, np.ndarray]:
     """Sparse feature vector of one text: sorted unique int32 indices, float32 values, |v|=1."""
-    buckets: dict[int, int] = {}
-    for feat, count in features(text).items():
-        idx = _hash(feat, n_features)
-        buckets[idx] = buckets.get(idx, 0) + count
+    buckets = _buckets(text, n_features)
     if not buckets:
         return np.zeros(0, np.int32), np.zeros(0, np.float32)
     keys = sorted(buckets)  # Python ints: a dict lookup by a numpy scalar costs ~10x

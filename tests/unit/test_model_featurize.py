@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from inference_gateway.model import featurize
 
@@ -93,3 +95,29 @@ def test_served_copy_is_not_stale() -> None:
         pytest.skip("model not trained yet")
     source = Path(featurize.__file__).read_text(encoding="utf-8")
     assert copy.read_text(encoding="utf-8") == source, "retrain: train.py copies featurize.py"
+
+
+def _reference(text: str, n_features: int) -> dict[int, int]:
+    """The buckets as defined: every feature string of `features()`, hashed, counts summed."""
+    out: dict[int, int] = {}
+    for feat, count in featurize.features(text).items():
+        idx = zlib.crc32(feat.encode("utf-8")) % n_features
+        out[idx] = out.get(idx, 0) + count
+    return out
+
+
+@given(st.text(alphabet=st.sampled_from("ab c'退款退货 x1,.Z\u4e00"), max_size=40))
+@settings(max_examples=300, deadline=None)
+def test_cached_buckets_equal_the_features_hashed(text: str) -> None:
+    # the per-token cache must not change a single feature: the served weights depend on them
+    for n in (featurize.N_FEATURES, 97):
+        assert featurize._buckets(text, n) == _reference(text, n)
+
+
+def test_cached_buckets_stay_right_for_a_token_seen_in_other_texts() -> None:
+    first = featurize._buckets("refund refund please", featurize.N_FEATURES)
+    assert featurize._buckets("please refund", featurize.N_FEATURES) == _reference(
+        "please refund", featurize.N_FEATURES
+    )
+    assert first == _reference("refund refund please", featurize.N_FEATURES)
+    assert featurize._token_buckets.cache_info().maxsize == featurize._CACHED
