@@ -133,7 +133,7 @@ class Emitter:
     ) -> DecisionStep:
         """Add the step's entry to the ticket's decision path (its audit, once it leaves)."""
         seconds = time.perf_counter() - t0
-        metrics.STEP_DURATION.labels(step.name).observe(seconds)
+        metrics.step_seconds(step.name).observe(seconds)
         pred = env.context.prediction
         # built by us from validated parts: no need to validate again (model_construct)
         entry = DecisionStep.model_construct(

@@ -290,7 +290,7 @@ class Router:
                 else None,
             )
         )
-        metrics.STEP_DURATION.labels(step.name).observe(latency / 1000)
+        metrics.step_seconds(step.name).observe(latency / 1000)
         pred = env.context.prediction
         return TicketResult(
             ticket_id=env.ticket.ticket_id,

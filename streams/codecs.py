@@ -10,8 +10,9 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def encode(record: BaseModel) -> bytes:
-    # pydantic-core serialises straight to bytes in Rust: no dict round trip
-    return record.model_dump_json().encode()
+    # pydantic-core serialises straight to bytes in Rust: no dict round trip, and no str
+    # (`model_dump_json` decodes those bytes to a str, which would be encoded back here)
+    return type(record).__pydantic_serializer__.to_json(record)
 
 
 def decode(model: type[M], data: bytes | str) -> M:
