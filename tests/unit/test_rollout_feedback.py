@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from inference_gateway.model import rollout
-from schemas.tickets import DecisionStep, StepStatus, TicketResult
+from schemas.tickets import CATEGORIES, DecisionStep, StepStatus, TicketResult
 from ticketflow import model_cli
-from training import builds, feedback
+from training import builds, earlier_sets, feedback
 
 
 def reviewed(ticket_id: str, category: str) -> bytes:
@@ -70,8 +69,12 @@ def test_no_decisions_means_the_tickets_topic_is_not_read() -> None:
 def test_feedback_rows_count_weight_times() -> None:
     rows = [{"text": "a", "category": "billing"}]
     texts, labels = builds._with_feedback(rows, [feedback.Example("t", "b", "after_sales")], 3)
-    assert texts == ["a", "b", "b", "b"] and len(labels) == 4
-    assert np.unique(labels).size == 2
+    # the corpus rows, the earlier hand-written sets as versions 1 and 2 learn them, then
+    # each reviewer's decision `weight` times
+    earlier = [r["text"] for r in earlier_sets.rows()] * earlier_sets.WEIGHT
+    assert texts == ["a", *earlier, "b", "b", "b"] and len(labels) == len(texts)
+    assert labels[0] == CATEGORIES.index("billing")
+    assert list(labels[-3:]) == [CATEGORIES.index("after_sales")] * 3
 
 
 def test_an_unknown_build_type_and_a_used_folder_are_refused(tmp_path) -> None:
