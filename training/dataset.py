@@ -3,6 +3,9 @@ the hashed n-gram features of `featurize.py` as a sparse matrix."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 from scipy import sparse
 from sklearn.model_selection import train_test_split
@@ -29,3 +32,9 @@ def split(n: int = N_TICKETS, seed: int = SEED) -> tuple[list[dict], list[dict]]
         rows, test_size=0.2, random_state=seed, stratify=strata
     )
     return train_rows, test_rows
+
+
+def fixture_cases(path: Path) -> list[dict]:
+    """The labelled tickets of a hand-written JSONL fixture (tests/fixtures), one dict each."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]

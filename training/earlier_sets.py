@@ -2,10 +2,10 @@
 
 The frozen blind sets `blind5`, `blind6` and `blind7` were each measured once
 (docs/blind5.md, docs/blind6.md, docs/blind7.md) and are spent as test sets. Their ~720
-labelled tickets are the only
-wording in the training data that a person wrote freely, so both category models learn
-from them, each repeated `WEIGHT` times beside the ~6,400 template tickets, as
-`ticketflow model build` weighs a reviewer's decision (training/builds.py).
+labelled tickets are the only wording in the training data that a person wrote freely, so
+both category models learn from them, each repeated `WEIGHT` times beside the ~6,400
+template tickets, as `ticketflow model build` weighs a reviewer's decision
+(training/builds.py).
 
 Measured on the set left out (docs/models.md, "The third round" and "The fourth round"):
 trained with blind5, the cascade's accuracy on blind6 went from 0.894 to 0.903, and with
@@ -19,8 +19,9 @@ The newest frozen set (blind8) is never read here.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from . import dataset
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE.parent / "tests" / "fixtures"
@@ -34,19 +35,8 @@ def paths() -> list[Path]:
 
 def rows() -> list[dict]:
     """Each ticket once, as corpus rows: text, category, language."""
-    out = []
-    for path in paths():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                case = json.loads(line)
-                out.append(
-                    {
-                        "text": case["text"],
-                        "category": case["category"],
-                        "language": case["language"],
-                    }
-                )
-    return out
+    keep = ("text", "category", "language")
+    return [{k: case[k] for k in keep} for p in paths() for case in dataset.fixture_cases(p)]
 
 
 def weighted(rows_: list[dict]) -> list[dict]:

@@ -75,12 +75,10 @@ def validation_rows(train_texts: set[str]) -> list[dict]:
         if r["text"] not in train_texts
     ]
     for path in VALIDATION_FIXTURES:
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                case = json.loads(line)
-                rows.append(
-                    {"text": case["text"], "y": int(case["route"] == POSITIVE), "source": path.stem}
-                )
+        rows += [
+            {"text": case["text"], "y": int(case["route"] == POSITIVE), "source": path.stem}
+            for case in dataset.fixture_cases(path)
+        ]
     return rows
 
 

@@ -58,6 +58,10 @@ def _latin_grams(word: str) -> Iterable[str]:
             yield "c:" + padded[i : i + 3]
 
 
+def _bigram(a: str, b: str) -> str:
+    return "b:" + a + " " + b
+
+
 def tokens(text: str) -> list[str]:
     """Normalised word tokens; a CJK run stays one token, digit runs become `0`."""
     out = []
@@ -75,7 +79,7 @@ def features(text: str) -> Counter[str]:
     # Bigrams across the whole token sequence: a CJK run next to a Latin word is a signal too
     # in mixed-language tickets ("申请 refund").
     for a, b in itertools.pairwise(toks):
-        counts["b:" + a + " " + b] += 1
+        counts[_bigram(a, b)] += 1
     return counts
 
 
@@ -98,7 +102,7 @@ def _token_buckets(tok: str, n_features: int) -> tuple[int, ...]:
 
 @functools.lru_cache(maxsize=_CACHED)
 def _bigram_bucket(a: str, b: str, n_features: int) -> int:
-    return _hash("b:" + a + " " + b, n_features)
+    return _hash(_bigram(a, b), n_features)
 
 
 def _buckets(text: str, n_features: int) -> dict[int, int]:
