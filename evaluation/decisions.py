@@ -255,11 +255,14 @@ def run(
     below: float,
     choose: bool,
     model_dir: Path = ev.MODEL_DIR,
+    choose_below: bool = True,
 ) -> dict:
+    """`choose`: the band is chosen on `cases`, and `below` too unless `choose_below` is
+    False (a `below` given on the command line is kept)."""
     texts = [c.text for c in cases]
     v1, v2 = scored("v1", below, texts, model_dir), scored("v2", below, texts, model_dir)
     chosen = {}
-    if choose:
+    if choose and choose_below:
         from evaluation.report import pick_threshold
 
         truth = [c.category for c in cases]
@@ -300,7 +303,8 @@ def decisions(
         Path | None, typer.Option(help="a JSONL set to measure (default: the validation split)")
     ] = None,
     choose: Annotated[
-        bool, typer.Option(help="choose the cascade's below and the band on this set")
+        bool,
+        typer.Option(help="choose the band, and the cascade's below unless given, on this set"),
     ] = False,
     below: Annotated[
         float | None, typer.Option(help="the cascade's threshold (default: the workflow's)")
@@ -322,9 +326,8 @@ def decisions(
         typer.echo("--choose is for the validation split only")
         raise typer.Exit(2)
     cases = ev.load_cases(fixture) if fixture else validation_cases()
-    results = run(
-        cases, step, head, workflow_below() if below is None else below, choose, model_dir
-    )
+    at = workflow_below() if below is None else below
+    results = run(cases, step, head, at, choose, model_dir, choose_below=below is None)
     results.update(set=fixture.name if fixture else "the validation split", n=len(cases))
     results["intent_head"] = head.name if head else None
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """Hand-written tickets of earlier rounds, learned from as reviewers' decisions are.
 
-The frozen blind sets `blind5`, `blind6` and `blind7` were each measured once
-(docs/blind5.md, docs/blind6.md, docs/blind7.md) and are spent as test sets. Their ~720
+The frozen blind sets `blind5` to `blind8` were each measured once (docs/blind5.md to
+docs/blind8.md) and are spent as test sets. Their ~980
 labelled tickets are the only wording in the training data that a person wrote freely, so
 both category models learn from them, each repeated `WEIGHT` times beside the ~6,400
 template tickets, as `ticketflow model build` weighs a reviewer's decision
@@ -14,7 +14,7 @@ blind6 and blind7 to 0.969. Weights of 15 and 40 measured no better than 5.
 
 The intent head's validation fixtures (`intent.VALIDATION_FIXTURES`) are not read here: the
 head's calibration and the band are chosen on them, so the models must not have seen them.
-The newest frozen set (blind8) is never read here.
+The newest frozen set (blind9) is never read here.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from . import dataset
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE.parent / "tests" / "fixtures"
-SETS = ("blind5_frozen", "blind6_frozen", "blind7_frozen")
+SETS = ("blind5_frozen", "blind6_frozen", "blind7_frozen", "blind8_frozen")
 WEIGHT = 5
 
 
