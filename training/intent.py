@@ -2,16 +2,17 @@
 
 A binary logistic regression on v1's hashed n-grams (`featurize.py`, so no download and
 ~0.2 ms a ticket on a CPU), trained on train.py's training split (the corpus with its hard
-negatives, `hard_negatives.py`), then calibrated on a separate validation split by a
-stacked Platt scaling per serving model version: sigmoid(w0 * n-gram logit + w1 * the
-model's after_sales logit + w2 * [the model ranks after_sales first] + b), so the score
-reads the words and the model it is served beside ("*": the n-gram logit alone, for a
-version without its own). The validation split:
+negatives, `hard_negatives.py`) and the spent blind sets (`earlier_sets.py`, weighted as the
+category models weigh them; cross-fitted in docs/models.md, "The sixth round"), then
+calibrated on a separate validation split by a stacked Platt scaling per serving model
+version: sigmoid(w0 * n-gram logit + w1 * the model's after_sales logit + w2 * [the model
+ranks after_sales first] + b), so the score reads the words and the model it is served
+beside ("*": the n-gram logit alone, for a version without its own). The validation split:
 
 - the corpus generated again with another seed (`VAL_SEED`), none of its texts in training;
 - the hand-written fixtures of earlier rounds (`VALIDATION_FIXTURES`), never trained on.
 
-The frozen blind set (tests/fixtures/blind5_frozen.jsonl) is not read here. Served in
+The newest frozen blind set (blind10) is not read here. Served in
 process by `agents/steps/refund_intent.py` from `intent.npz`; its version and the digest of
 that file go into the rule step's audit detail.
 
@@ -34,7 +35,7 @@ from inference_gateway.model import featurize
 from inference_gateway.model.repository import MODEL_DIR
 from schemas.tickets import CATEGORIES
 
-from . import dataset
+from . import dataset, earlier_sets
 
 HERE = Path(__file__).resolve().parent
 OUT_DIR = WEIGHTS.parent  # where agents/steps/refund_intent.py serves it from
@@ -52,6 +53,7 @@ POSITIVE = "after_sales"
 _EPS = 1e-4  # as agents/steps/refund_intent.py clips the model's probability
 SOURCES = [HERE / f for f in ("intent.py", "hard_negatives.py", "corpus.py", "phrases_en.py")]
 SOURCES += [HERE / f for f in ("phrases_zh.py", "slots.py", "train.py", "dataset.py")]
+SOURCES += [HERE / "earlier_sets.py", *earlier_sets.paths()]
 SOURCES.append(Path(featurize.__file__).resolve())
 
 
@@ -174,6 +176,7 @@ def _fit(train_texts: list[str], y: np.ndarray, val_texts: list[str], val_y: np.
 def train_intent(out_dir: Path = OUT_DIR, model_dir: Path | None = None) -> dict:
     t0 = time.perf_counter()
     train_rows, test_rows = dataset.split()
+    train_rows = earlier_sets.weighted(train_rows)
     texts = [r["text"] for r in train_rows]
     y = np.array([int(r["category"] == POSITIVE) for r in train_rows])
     val = validation_rows(set(texts))
