@@ -15,6 +15,7 @@ from benchmarks.pipeline import (
     Variant,
     _report,
     _step_breakdown,
+    _tickets,
     hop_split,
     process_cpu_s,
 )
@@ -213,3 +214,15 @@ def test_the_machines_busy_seconds_grow_with_work() -> None:
     while time.process_time() - started < 0.3:  # 0.3 s of this process's CPU
         pass
     assert machine_busy_s() - before >= 0.2  # jiffies: 10 ms steps
+
+
+def test_each_phase_sends_texts_the_gateway_has_not_answered_yet():
+    """A phase repeating an earlier phase's texts would measure the response cache."""
+
+    def texts(run: str) -> set[str]:
+        return {orjson.loads(v)["text"] for _, v in _tickets(300, run)}
+
+    warm, burst = texts("abc123c1-warm"), texts("abc123c1-max")
+    assert len(warm) > 290 and len(burst) > 290
+    assert len(warm & burst) < 15
+    assert texts("abc123c1-max") == burst  # one run's phase is reproducible
