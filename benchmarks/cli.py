@@ -122,6 +122,26 @@ def bench_pipeline(
     run(300 if quick else tickets, out, _process_counts(processes), recovery=not quick)
 
 
+@bench_app.command("costs")
+def bench_costs(
+    rates: Annotated[
+        str, typer.Option(help="offered tickets/s, comma-separated, one phase each")
+    ] = "50,300",
+    out: Annotated[Path, typer.Option(help="where costs.json goes")] = RESULTS,
+) -> None:
+    """CPU per ticket of every process (worker, broker, Triton, gateway, Redis, the load
+    generator) at each offered rate, one worker, fresh texts."""
+    from benchmarks.costs import bench_costs as run
+
+    try:
+        values = [float(x) for x in rates.split(",") if x.strip()]
+    except ValueError as exc:
+        raise typer.BadParameter("--rates takes rates like 50,300") from exc
+    if not values or min(values) <= 0:
+        raise typer.BadParameter("--rates takes rates like 50,300")
+    run(values, out)
+
+
 def _process_counts(text: str) -> tuple[int, ...]:
     """`--processes 1,2` as counts; refused unless every one is a positive integer."""
     try:
