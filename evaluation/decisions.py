@@ -183,7 +183,8 @@ def choose_band(
     """The band chosen on the validation split: of the bands that meet the targets there
     (refund recall >= 0.98, after_sales precision >= 0.95) with at most MAX_MANUAL of the
     tickets to people, the one that sends the fewest to people; where none meets them,
-    the least cost (COST_*). Ties go to the narrower band, then the lower."""
+    the least cost (COST_*). Ties go to the narrower band, then the lower; a band is at
+    least one step of the grid wide."""
     # the routes of the other rules (the ones refund_intent leaves a ticket to), once; then
     # refund_intent's part per band, vectorised: it depends on the score and the model's top
     rest = step.model_copy(update={"rules": [r for r in step.rules if r != "refund_intent"]})
@@ -208,7 +209,10 @@ def choose_band(
             curve.append({"band": [low, high], "cost": round(cost, 1), "fn": fn, "fp": fp,
                           "manual_review_share": round(manual, 4),
                           "meets_targets": meets})  # fmt: skip
-    allowed = [p for p in curve if p["manual_review_share"] <= MAX_MANUAL]
+    # a band of zero width would take the uncertain band, which the workflow promises, away
+    allowed = [
+        p for p in curve if p["manual_review_share"] <= MAX_MANUAL and p["band"][1] > p["band"][0]
+    ]
     feasible = [p for p in allowed if p["meets_targets"]]
 
     def width(p: dict) -> tuple[float, float]:
