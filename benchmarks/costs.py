@@ -58,8 +58,9 @@ def _clocks(settings: Settings, worker_pid: int, gateway_pid: int | None) -> dic
     return clocks
 
 
-async def _phase(settings: Settings, topics: Topics, rate: float, run: str, clocks: dict) -> dict:
-    outs = [topics.out(r) for r in ("auto_classify", "manual_review", "after_sales")]
+async def _phase(
+    settings: Settings, topics: Topics, outs: list[str], rate: float, run: str, clocks: dict
+) -> dict:
     records = bench._tickets(max(20, int(rate * PHASE_S)), f"{run}-{rate:g}")
     before = {k: c() for k, c in clocks.items()}
     busy, start = bench.machine_busy_s(), time.monotonic()
@@ -91,14 +92,14 @@ async def _measure(settings: Settings, rates: list[float], gateway_pid: int | No
         update={"topic_prefix": topics.prefix, "worker_web_port": port, "worker_id": None}
     )
     worker = app_processes.start_worker(ws, env, log_name=f"bench-costs-{run}")
-    outs = [topics.out(r) for r in ("auto_classify", "manual_review", "after_sales")]
+    outs = bench.result_topics(topics)
     try:
         warm = bench._tickets(bench.WARM_UP, f"{run}-warm")
         await bench._run_load(settings, topics.tickets_in, outs, warm, None)
         clocks = _clocks(settings, worker.process.pid, gateway_pid)
         phases = []
         for rate in rates:
-            phases.append(await _phase(settings, topics, rate, run, clocks))
+            phases.append(await _phase(settings, topics, outs, rate, run, clocks))
             console.print(f"{rate:g}/s: {phases[-1]}")
         return phases
     finally:
@@ -128,19 +129,6 @@ def _report(phases: list[dict], out: Path) -> None:
 
 
 def bench_costs(rates: list[float], out: Path) -> None:
-    import devstack as stack
-    from streams.settings import get_settings
-
-    settings = get_settings()
-    stack.up(settings)
-    gateway = (
-        None if app_processes.gateway_ready(settings) else app_processes.start_gateway(settings)
-    )
-    record = live_record(pid_path(settings, "gateway"))
-    gateway_pid = gateway.process.pid if gateway else (record.pid if record else None)
-    try:
+    with bench.stack_and_gateway() as (settings, gateway_pid):
         phases = asyncio.run(_measure(settings, rates, gateway_pid))
-    finally:
-        if gateway is not None:
-            gateway.stop()
     _report(phases, out)

@@ -21,6 +21,7 @@ breakdown from the decision paths. JSON and a PNG under bench/results/.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -32,7 +33,7 @@ import urllib.request
 import uuid
 import zlib
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -484,7 +485,7 @@ async def _ticketflow(
     worker = app_processes.start_worker(
         worker_settings, env, log_name=f"bench-worker-{run}", processes=processes
     )
-    outs = [topics.out(r) for r in ("auto_classify", "manual_review", "after_sales")]
+    outs = result_topics(topics)
     pid = worker.process.pid
     try:
         values = await _measure(
@@ -638,7 +639,18 @@ def bench_pipeline(
 ) -> None:
     """Raw Kafka relay vs naive consumer vs ticketflow vs quix-streams: throughput, CPU,
     latency, steps."""
+    with stack_and_gateway() as (settings, _):
+        variants, skipped = asyncio.run(_bench(settings, tickets, out, processes, recovery))
+    _report(variants, out, skipped)
+
+
+@contextlib.contextmanager
+def stack_and_gateway() -> Iterator[tuple[Settings, int | None]]:
+    """The local stack up, and a gateway: the one already answering, or one started here and
+    stopped on the way out. Yields the settings and the gateway's pid (None: not ours, and
+    no pid file says whose)."""
     import devstack as stack
+    from devstack.process import live_record, pid_path
     from streams.settings import get_settings
 
     settings = get_settings()
@@ -646,12 +658,18 @@ def bench_pipeline(
     gateway = (
         None if app_processes.gateway_ready(settings) else app_processes.start_gateway(settings)
     )
+    record = live_record(pid_path(settings, "gateway"))
+    pid = gateway.process.pid if gateway else (record.pid if record else None)
     try:
-        variants, skipped = asyncio.run(_bench(settings, tickets, out, processes, recovery))
+        yield settings, pid
     finally:
         if gateway is not None:
             gateway.stop()
-    _report(variants, out, skipped)
+
+
+def result_topics(topics: Topics) -> list[str]:
+    """The three route topics a worker of `topics` writes its results to."""
+    return [topics.out(r) for r in ("auto_classify", "manual_review", "after_sales")]
 
 
 def _ratio(x: float | None, y: float | None) -> float | None:
