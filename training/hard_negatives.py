@@ -30,7 +30,6 @@ EN: dict[str, list[str]] = {
         "Is there a user guide for the {model} in another language?",
         "What accessories fit the {model}?",
         "The refund you sent arrived, thanks! Is the {product} coming in other colours?",
-        "Can I exchange my loyalty points for a voucher?",
         "Does the {product} come with a plug for {country}?",
         "Is the {model} still sold or was it replaced by a newer model?",
         "Before I buy: can the {product} be returned if it doesn't fit?",
@@ -48,6 +47,7 @@ EN: dict[str, list[str]] = {
         "How much will the {product} cost with tax in {amount} instalments?",
         "Please resend the invoice for the {product}, I lost the email.",
         "Can I pay the rest of the {product} by {payment}?",
+        "Can I exchange my loyalty points for a voucher?",
     ],
     "shipping": [
         "My {product} is late, can you expedite the delivery? I still want it.",
@@ -90,7 +90,6 @@ ZH: dict[str, list[str]] = {
         "{model} 有中文说明书吗",
         "上次的退款已经收到了，谢谢，想问还有别的颜色吗",
         "{model} 和{product}有什么区别？",
-        "积分可以换优惠券吗？",
         "买之前问一下，{product}不合适能退吗？",
     ],
     "billing": [
@@ -102,6 +101,7 @@ ZH: dict[str, list[str]] = {
         "{product}的收据能发我一份吗",
         "电子发票少了税号，麻烦重开",
         "付款失败了订单没付，直接取消重新下单可以吗",
+        "积分可以换优惠券吗？",
     ],
     "shipping": [
         "物流太慢了，{product}能不能加急",

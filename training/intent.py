@@ -12,7 +12,7 @@ beside ("*": the n-gram logit alone, for a version without its own). The validat
 - the corpus generated again with another seed (`VAL_SEED`), none of its texts in training;
 - the hand-written fixtures of earlier rounds (`VALIDATION_FIXTURES`), never trained on.
 
-The newest frozen blind set (blind12) is not read here. Served in
+The newest frozen blind set (blind13) is not read here. Served in
 process by `agents/steps/refund_intent.py` from `intent.npz`; its version and the digest of
 that file go into the rule step's audit detail.
 
