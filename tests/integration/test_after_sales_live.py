@@ -53,12 +53,13 @@ def test_every_request_of_blind2_reaches_after_sales(settings, worker):
     publish(settings.kafka_bootstrap, topics.tickets_in, warm)
     results_topics = [topics.out(r) for r in ROUTES]
     warm_key = warm[0]["ticket_id"].encode()
-    collect(
+    answered = collect(
         settings.kafka_bootstrap,
         results_topics,
         lambda out: any(m.key() == warm_key for m in out),
         90,
     )
+    assert any(m.key() == warm_key for m in answered), "the worker answers"
     publish(settings.kafka_bootstrap, topics.tickets_in, batch, rate=50)
     msgs = collect(
         settings.kafka_bootstrap,
