@@ -33,6 +33,10 @@ EN: dict[str, list[str]] = {
         "Does the {product} come with a plug for {country}?",
         "Is the {model} still sold or was it replaced by a newer model?",
         "Before I buy: can the {product} be returned if it doesn't fit?",
+        "I'm not returning anything, does the {model} work with my {device}?",
+        "How much is return postage if the {product} doesn't fit? I haven't ordered yet.",
+        "Got my refund already, all sorted, thanks! Do you have the {product} in blue?",
+        "No money back needed, I just want to know if the {product} has a warranty card.",
     ],
     "billing": [
         "Please send me the receipts for all my orders from last year, for my taxes.",
@@ -48,6 +52,11 @@ EN: dict[str, list[str]] = {
         "Please resend the invoice for the {product}, I lost the email.",
         "Can I pay the rest of the {product} by {payment}?",
         "Can I exchange my loyalty points for a voucher?",
+        "I'm not after a refund, I just need a receipt for order {order}.",
+        "Don't want my money back, just reissue the invoice with my full name.",
+        "Not looking for a refund here, what is the {amount} charge from {date}?",
+        "No refund please, I only need the payment confirmation for order {order}.",
+        "I see two charges of {amount}, is one of them just a hold?",
     ],
     "shipping": [
         "My {product} is late, can you expedite the delivery? I still want it.",
@@ -58,6 +67,10 @@ EN: dict[str, list[str]] = {
         "When will the {model} ship? I ordered it {date}.",
         "Shipping is so slow, please hurry up the {product}.",
         "The tracking for my {product} hasn't moved since {date}.",
+        "I don't want a refund, I just want my {product} delivered.",
+        "Not cancelling and not asking for money back, where is my parcel?",
+        "No refund, just want my parcel, it's been {n} days.",
+        "Please don't refund me, I still want the {product}, when does it arrive?",
     ],
     "technical": [
         "The {model} won't pair with the app after the update.",
@@ -65,11 +78,16 @@ EN: dict[str, list[str]] = {
         "Pressing the back button crashes the app.",
         "How do I update the firmware of the {model}?",
         "The {product} app keeps logging me out.",
+        "No need to return it, just tell me how to reset the {model}.",
+        "I'm keeping the {product}, I only need help setting it up.",
     ],
     "account": [
         "Close my account please, nothing to refund, just delete my data.",
         "How do I unsubscribe from the marketing emails about the {product}?",
         "I want to change the phone number on my account, not return anything.",
+        "I lost my 2FA phone, how do I recover access to my account?",
+        "Not a refund question: how do I recover my password?",
+        "Nothing to return, I just can't log in since {date}.",
     ],
 }
 
@@ -91,6 +109,10 @@ ZH: dict[str, list[str]] = {
         "上次的退款已经收到了，谢谢，想问还有别的颜色吗",
         "{model} 和{product}有什么区别？",
         "买之前问一下，{product}不合适能退吗？",
+        "不退货，就问一下{model}能不能配我的{device}",
+        "还没下单，{product}不合适的话退货运费谁出？",
+        "退款已经收到了，没问题了，谢谢",
+        "不用退钱，就想问{product}有没有保修卡",
     ],
     "billing": [
         "去年的购物发票能补开吗？报销要用",
@@ -102,6 +124,10 @@ ZH: dict[str, list[str]] = {
         "电子发票少了税号，麻烦重开",
         "付款失败了订单没付，直接取消重新下单可以吗",
         "积分可以换优惠券吗？",
+        "不是要退款，就要订单 {order} 的收据",
+        "钱不用退，发票重新开一下，写全名",
+        "不退款，就想问{date}那笔{amount}是什么扣费",
+        "扣了两笔{amount}，其中一笔是不是预授权？",
     ],
     "shipping": [
         "物流太慢了，{product}能不能加急",
@@ -110,17 +136,23 @@ ZH: dict[str, list[str]] = {
         "包裹被退回快递站了，能重新派送吗",
         "{product}还没发货，能改地址吗",
         "快递{date}以后就没更新了，帮我查查",
+        "不要退款，我就想要我的{product}赶紧送到",
+        "不取消也不退钱，包裹到底在哪",
+        "不用退，东西我还要，什么时候到？",
     ],
     "technical": [
         "{model} 更新后连不上APP",
         "APP 打开订单页面报错 {error}",
         "按返回键就闪退",
         "{model} 的固件怎么升级？",
+        "不退货，就想知道{model}怎么恢复出厂设置",
     ],
     "account": [
         "注销账号，没有要退的，直接删除数据",
         "怎么退订营销短信",
         "想换绑手机号，不是退货",
+        "换手机了收不到两步验证码，账号怎么恢复？",
+        "没有要退的，就是{date}以后登录不上了",
     ],
 }
 

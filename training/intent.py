@@ -1,18 +1,20 @@
 """The refund-intent head: P(the ticket asks for a refund, return, exchange or other remedy).
 
-A binary logistic regression on v1's hashed n-grams (`featurize.py`, so no download and
-~0.2 ms a ticket on a CPU), trained on train.py's training split (the corpus with its hard
-negatives, `hard_negatives.py`) and the spent blind sets (`earlier_sets.py`, weighted as the
-category models weigh them; cross-fitted in docs/models.md, "The sixth round"), then
-calibrated on a separate validation split by a stacked Platt scaling per serving model
-version: sigmoid(w0 * n-gram logit + w1 * the model's after_sales logit + w2 * [the model
-ranks after_sales first] + b), so the score reads the words and the model it is served
-beside ("*": the n-gram logit alone, for a version without its own). The validation split:
+A binary logistic regression on v1's hashed n-grams (`featurize.py`, so no download and ~0.2
+ms a ticket on a CPU), the words in a negation's scope marked as words of their own
+(`agents/steps/negation.py`: "not after a refund" is not "refund"), trained on train.py's
+training split (the corpus with its hard negatives, `hard_negatives.py`) and the spent blind
+sets (`earlier_sets.py`, weighted as the category models weigh them; cross-fitted in
+docs/models.md, "The sixth round"), then calibrated on a separate validation split by a
+stacked Platt scaling per serving model version: sigmoid(w0 * n-gram logit + w1 * the
+model's after_sales logit + w2 * [the model ranks after_sales first] + b), so the score
+reads the words and the model it is served beside ("*": the n-gram logit alone, for a
+version without its own). The validation split:
 
 - the corpus generated again with another seed (`VAL_SEED`), none of its texts in training;
 - the hand-written fixtures of earlier rounds (`VALIDATION_FIXTURES`), never trained on.
 
-The newest frozen blind set (blind13) is not read here. Served in
+The newest frozen blind set (blind14) is not read here. Served in
 process by `agents/steps/refund_intent.py` from `intent.npz`; its version and the digest of
 that file go into the rule step's audit detail.
 
@@ -30,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agents.steps import negation
 from agents.steps.refund_intent import WEIGHTS
 from inference_gateway.model import featurize
 from inference_gateway.model.repository import MODEL_DIR
@@ -54,7 +57,7 @@ _EPS = 1e-4  # as agents/steps/refund_intent.py clips the model's probability
 SOURCES = [HERE / f for f in ("intent.py", "hard_negatives.py", "corpus.py", "phrases_en.py")]
 SOURCES += [HERE / f for f in ("phrases_zh.py", "slots.py", "train.py", "dataset.py")]
 SOURCES += [HERE / "earlier_sets.py", *earlier_sets.paths()]
-SOURCES.append(Path(featurize.__file__).resolve())
+SOURCES += [Path(featurize.__file__).resolve(), Path(negation.__file__).resolve()]
 
 
 def is_fresh(out_dir: Path = OUT_DIR, model_dir: Path | None = None) -> bool:
@@ -84,9 +87,14 @@ def validation_rows(train_texts: set[str]) -> list[dict]:
     return rows
 
 
+def head_words(texts: list[str]) -> list[str]:
+    """The texts as the head's n-grams read them, negation scopes marked (as served)."""
+    return [negation.mark(t) for t in texts]
+
+
 def raw_logit(texts: list[str], coef: np.ndarray, intercept: float) -> np.ndarray:
     """The uncalibrated log-odds, numpy only (as served)."""
-    indptr, indices, values = featurize.featurize_batch(texts, coef.shape[0])
+    indptr, indices, values = featurize.featurize_batch(head_words(texts), coef.shape[0])
     rows = np.repeat(np.arange(len(texts)), np.diff(indptr))
     out = np.full(len(texts), intercept, np.float64)
     np.add.at(out, rows, coef[indices].astype(np.float64) * values)
@@ -159,7 +167,7 @@ def _fit(train_texts: list[str], y: np.ndarray, val_texts: list[str], val_y: np.
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import log_loss
 
-    x, x_val = dataset.to_csr(train_texts), dataset.to_csr(val_texts)
+    x, x_val = dataset.to_csr(head_words(train_texts)), dataset.to_csr(head_words(val_texts))
     used = np.unique(x.indices)
     best = None
     for c in C_GRID:
@@ -198,6 +206,7 @@ def train_intent(out_dir: Path = OUT_DIR, model_dir: Path | None = None) -> dict
         intercept=np.float64(intercept),
         stack=np.array(json.dumps(stack)),
         featurizer_version=np.int64(featurize.VERSION),
+        negation_version=np.int64(negation.VERSION),
         version=np.array(VERSION),
     )
     p_val = stacked(stack_inputs(z_val, None), stack["*"])

@@ -3,9 +3,10 @@ exchange or other remedy), calibrated, with the version and digest of its weight
 
 Trained by `python -m training.intent` (`make model`) into
 inference_gateway/intent_model/refund_intent/1/intent.npz: a logistic regression on the
-hashed n-grams of v1's featurizer, stacked with the serving model's own after_sales
-probability (per model version, fitted on the validation split), so the score reads both
-the words and the model. Numpy only, ~0.2 ms a ticket; no Triton call of its own.
+hashed n-grams of v1's featurizer (negated words marked, `negation.py`), stacked with the
+serving model's own after_sales probability (per model version, fitted on the validation
+split), so the score reads both the words and the model. Numpy only, ~0.2 ms a ticket; no
+Triton call of its own.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from schemas.tickets import Category, Prediction
+
+from . import negation
 
 WEIGHTS = (
     Path(__file__).resolve().parents[2]
@@ -46,15 +49,21 @@ class IntentHead:
     stack: dict[str, list[float]]
     version: str
     digest: str
+    # the negation-scope marking it was trained with (agents/steps/negation.py); 0: none
+    negation: int = 0
 
     @property
     def name(self) -> str:
         return f"{self.version}@{self.digest[:12]}"
 
+    def words(self, text: str) -> str:
+        """The text as the head's n-grams read it."""
+        return negation.mark(text) if self.negation else text
+
     def ngram_logit(self, text: str) -> float:
         from inference_gateway.model import featurize
 
-        indices, values = featurize.featurize(text, self.coef.shape[0])
+        indices, values = featurize.featurize(self.words(text), self.coef.shape[0])
         return self.intercept + float(np.dot(self.coef[indices], values))
 
     def score(self, text: str, pred: Prediction | None) -> IntentScore:
@@ -77,6 +86,7 @@ def read_head(path: Path) -> IntentHead:
             stack=json.loads(str(w["stack"])),
             version=str(w["version"]),
             digest=hashlib.sha256(raw).hexdigest(),
+            negation=int(w["negation_version"]) if "negation_version" in w else 0,
         )
 
 

@@ -7,7 +7,6 @@ cascade, the others to the shipped `ticket_classify_ensemble`.
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -27,18 +26,32 @@ WORKFLOWS = Path(__file__).resolve().parents[2] / "agents" / "workflows"
 N = 40  # half through each workflow
 # below this v1 confidence the cascade asks v2: high enough that some of N tickets do
 BELOW = 0.97
+# a branch's time limit here: v2 on a CPU Triton shared with the whole suite took over the
+# shipped 800 ms for 8 of 20 tickets in one CI run
+SLOW_MS = 3000
+
+
+def relaxed(workflow: dict) -> dict:
+    """The shipped ensemble with deadlines a loaded two-core machine meets: the test checks
+    which branches answered and who decided, not how fast (that is `ticketflow bench`)."""
+    steps = []
+    for s in workflow["steps"]:
+        if s["type"] == "parallel":
+            s = {**s, "branches": [{**b, "timeout_ms": SLOW_MS} for b in s["branches"]]}
+        steps.append(s)
+    return {**workflow, "deadline_ms": 4 * SLOW_MS, "steps": steps}
 
 
 def write_workflows(folder: Path) -> Path:
-    shutil.copy(WORKFLOWS / "ticket_classify_ensemble.yaml", folder)
-    ensemble = yaml.safe_load((WORKFLOWS / "ticket_classify_ensemble.yaml").read_text())
+    ensemble = relaxed(yaml.safe_load((WORKFLOWS / "ticket_classify_ensemble.yaml").read_text()))
+    (folder / "ticket_classify_ensemble.yaml").write_text(yaml.safe_dump(ensemble))
     cascade = {**ensemble, "name": "ticket_classify_cascade_it"}
     cascade["steps"] = [
         {
             "name": "infer_cascade_it",
             "type": "inference_call",
             "model": "ticket_classifier",
-            "timeout_ms": 1500,
+            "timeout_ms": SLOW_MS,
             "cascade": {"first": "v1", "then": "v2", "below": BELOW},
             "retry": {"max_attempts": 3, "backoff_ms": 200},
         }
