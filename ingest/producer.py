@@ -15,6 +15,7 @@ retries from writing a record twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -119,9 +120,9 @@ class AckProducer:
                 self._producer.produce(
                     topic, key=key, value=value, headers=hdrs, on_delivery=request.on_delivery
                 )
-            except (BufferError, KafkaException) as exc:
-                # the local queue is full (the broker has been away a while) or the producer
-                # failed for good: refuse the rest now rather than queue them for ever
+            except (BufferError, KafkaException, RuntimeError) as exc:
+                # the local queue is full (the broker has been away a while), the producer
+                # failed for good or was closed: refuse the rest now rather than queue them
                 self._refuse(request, records[i:], str(exc) or type(exc).__name__)
                 break
         return future
@@ -137,15 +138,27 @@ class AckProducer:
         """Whether the cluster answers a metadata request (blocking: run it in a thread)."""
         try:
             self._producer.list_topics(timeout=timeout_s)
-        except KafkaException:
+        except (KafkaException, RuntimeError):  # RuntimeError: closed
             return False
         return True
 
     def close(self, timeout_s: float = 10) -> None:
+        """Deliver what the broker takes within `timeout_s`, refuse the rest (their callers
+        get the failure, not silence), then release the client: an unclosed one keeps
+        reconnecting to its broker for the life of the process."""
+        if self._closed.is_set():
+            return
         self._producer.flush(timeout_s)
+        self._producer.purge()
+        self._producer.poll(0)  # the purged records' delivery reports
         self._closed.set()
         if self._poller is not None:
             self._poller.join(timeout=2)
+        if self._done and self._loop is not None:
+            done, self._done = self._done, []
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                self._loop.call_soon_threadsafe(_resolve, done)
+        self._producer.close()
 
 
 def _resolve(done: list[_Request]) -> None:
