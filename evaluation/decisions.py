@@ -225,6 +225,16 @@ def choose_band(
     return (best["band"][0], best["band"][1]), curve
 
 
+def band_on_crossfit(step: Step, path: Path | None = None) -> tuple[float, float]:
+    """The band `choose_band` picks on the out-of-fold decisions of `ticketflow eval
+    crossfit`: hand-written tickets that the models deciding them never saw."""
+    from . import crossfit
+
+    cases, proba, versions, scores, _ = crossfit.load(path or crossfit.OUT)
+    band, _ = choose_band(cases, proba, versions, step, scores)
+    return band
+
+
 def plot(results: dict, path: Path) -> None:
     import matplotlib
 
@@ -321,6 +331,13 @@ def decisions(
     ),
     out: Annotated[Path, typer.Option(help="the JSON result")] = RESULT,
     plot_to: Annotated[Path, typer.Option(help="the reliability plot")] = PLOT,
+    on: Annotated[
+        str,
+        typer.Option(
+            help="--choose's band on: validation, or crossfit (`ticketflow eval "
+            "crossfit`'s out-of-fold decisions on the spent blind sets)"
+        ),
+    ] = "validation",
 ) -> None:
     """v1, v2, the cascade and the intent head: accuracy, macro F1, refund recall,
     after_sales precision, ECE, share to people."""
@@ -329,9 +346,18 @@ def decisions(
     if choose and fixture is not None:
         typer.echo("--choose is for the validation split only")
         raise typer.Exit(2)
+    if on not in ("validation", "crossfit"):
+        typer.echo("--on is validation or crossfit")
+        raise typer.Exit(2)
     cases = ev.load_cases(fixture) if fixture else validation_cases()
     at = workflow_below() if below is None else below
+    oof_band = None
+    if choose and on == "crossfit":
+        oof_band = band_on_crossfit(step)
+        step, choose = step.model_copy(update={"intent_band": oof_band}), False
     results = run(cases, step, head, at, choose, model_dir, choose_below=below is None)
+    if oof_band is not None:
+        results["chosen_on_this_set"] = {"intent_band_cascade (crossfit)": oof_band}
     results.update(set=fixture.name if fixture else "the validation split", n=len(cases))
     results["intent_head"] = head.name if head else None
     out.parent.mkdir(parents=True, exist_ok=True)

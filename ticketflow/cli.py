@@ -20,6 +20,7 @@ from rich.table import Table
 
 from benchmarks.cli import bench_app
 from evaluation import after_sales as eval_after_sales
+from evaluation import crossfit as eval_crossfit
 from evaluation import decisions as eval_decisions
 from evaluation import models as eval_models
 from feature_jobs import cli as features_cli
@@ -550,6 +551,7 @@ app.add_typer(model_cli.model_app, name="model")  # ticketflow/model_cli.py
 app.add_typer(eval_after_sales.app, name="eval")  # offline evaluations (evaluation/after_sales.py)
 eval_after_sales.app.command("models")(eval_models.models)  # evaluation/models.py
 eval_after_sales.app.command("decisions")(eval_decisions.decisions)  # evaluation/decisions.py
+eval_after_sales.app.command("crossfit")(eval_crossfit.crossfit)  # evaluation/crossfit.py
 
 
 @app.command()

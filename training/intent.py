@@ -14,7 +14,7 @@ version without its own). The validation split:
 - the corpus generated again with another seed (`VAL_SEED`), none of its texts in training;
 - the hand-written fixtures of earlier rounds (`VALIDATION_FIXTURES`), never trained on.
 
-The newest frozen blind set (blind14) is not read here. Served in
+The newest frozen blind set (blind15) is not read here. Served in
 process by `agents/steps/refund_intent.py` from `intent.npz`; its version and the digest of
 that file go into the rule step's audit detail.
 

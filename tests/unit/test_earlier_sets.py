@@ -30,3 +30,42 @@ def test_the_intent_head_learns_from_the_earlier_sets():
     assert len(learned) == 1 + len(earlier_sets.rows()) * earlier_sets.WEIGHT
     # the head's training is rebuilt when a set changes, as the category models' is
     assert set(earlier_sets.paths()) <= set(intent.SOURCES)
+
+
+def test_a_crossfit_fold_leaves_one_set_out_and_only_within_its_block():
+    every = earlier_sets.SETS
+    left_out = every[0]
+    with earlier_sets.leaving_out(left_out):
+        assert every[1:] == earlier_sets.SETS
+        assert earlier_sets.FIXTURES / f"{left_out}.jsonl" not in earlier_sets.paths()
+    assert every == earlier_sets.SETS
+
+
+def test_the_crossfit_band_is_chosen_on_out_of_fold_rows_only(tmp_path):
+    import json
+
+    import numpy as np
+
+    from evaluation import after_sales as ev
+    from evaluation import crossfit
+    from evaluation.decisions import band_on_crossfit
+    from schemas.tickets import CATEGORIES
+
+    name = earlier_sets.SETS[0]
+    cases = ev.load_cases(earlier_sets.FIXTURES / f"{name}.jsonl")
+    k = CATEGORIES.index("after_sales")
+    rows = []
+    for c in cases:
+        request = c.route == "after_sales"
+        proba = np.full(6, 0.02)
+        proba[k if request else 0] = 0.9
+        rows.append({"set": name, "id": c.id, "proba": proba.tolist(), "version": "v1",
+                     "intent": 0.9 if request else 0.01})  # fmt: skip
+    path = tmp_path / "crossfit.json"
+    path.write_text(json.dumps({"below": 0.7, "folds": [name], "rows": rows}))
+    loaded, proba, versions, scores, below = crossfit.load(path)
+    assert [c.id for c in loaded] == [c.id for c in cases] and below == 0.7
+    assert versions == ["v1"] * len(cases) and scores.shape == (len(cases),)
+    # perfectly separated scores: a band between them, sending nobody to people
+    low, high = band_on_crossfit(ev.rules_step(), path)
+    assert 0.01 < low < high <= 0.9
