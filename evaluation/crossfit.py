@@ -11,7 +11,7 @@ v2's encoder is the served one (never trained here); its embeddings of the corpu
 of every spent set are computed once and shared by the folds, so a fold costs its three
 fits and the head's calibration (~30 s on 2 cores; ~6 min for ten folds).
 
-    ticketflow eval crossfit [--out bench/results/crossfit.json]
+    ticketflow eval crossfit [--out bench/results/crossfit.json] [--set blind14_frozen ...]
 """
 
 from __future__ import annotations
@@ -87,20 +87,25 @@ def fold(name: str, work: Path, table: dict[str, np.ndarray], below: float) -> l
     ]  # fmt: skip
 
 
-def run(below: float) -> dict:
+def run(below: float, sets: list[str] | None = None) -> dict:
+    """The folds of `sets` (default: every spent set)."""
     from training import earlier_sets, train
 
+    folds = sets or list(earlier_sets.SETS)
+    unknown = set(folds) - set(earlier_sets.SETS)
+    if unknown:
+        raise ValueError(f"not spent sets: {sorted(unknown)}")
     t0 = time.perf_counter()
     rows, _ = train.split()
     spent = [r["text"] for r in earlier_sets.rows()]
     table = _embeddings([r["text"] for r in rows[: train.V2_N_TRAIN]] + spent)
     out: list[dict] = []
-    for name in earlier_sets.SETS:
+    for name in folds:
         with tempfile.TemporaryDirectory(prefix=f"crossfit-{name}-") as tmp:
             t = time.perf_counter()
             out += fold(name, Path(tmp), table, below)
             typer.echo(f"{name}: {time.perf_counter() - t:.0f} s", err=True)
-    return {"below": below, "folds": list(earlier_sets.SETS), "rows": out,
+    return {"below": below, "folds": folds, "rows": out,
             "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
 
 
@@ -130,6 +135,9 @@ def crossfit(
     below: Annotated[
         float | None, typer.Option(help="the cascade's threshold (default: the workflow's)")
     ] = None,
+    sets: Annotated[
+        list[str] | None, typer.Option("--set", help="one fold (repeat; default: every set)")
+    ] = None,
 ) -> None:
     """Out-of-fold decisions on each spent blind set, by models trained without it."""
     from .decisions import workflow_below
@@ -137,7 +145,7 @@ def crossfit(
     if not (ev.MODEL_DIR / "2" / "encoder.onnx").exists():
         typer.echo("v2's encoder is not built: `make model` first")
         raise typer.Exit(2)
-    result = run(workflow_below() if below is None else below)
+    result = run(workflow_below() if below is None else below, sets)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result) + "\n")
     typer.echo(f"{len(result['rows'])} tickets of {len(result['folds'])} sets in "

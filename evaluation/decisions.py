@@ -29,6 +29,7 @@ from schemas.workflow import Step
 ROOT = ev.ROOT
 PLOT = ROOT / "docs" / "img" / "reliability.png"
 RESULT = ROOT / "bench" / "results" / "eval_decisions.json"
+BANDS_PLOT = ROOT / "docs" / "img" / "band_crossfit.png"
 BANDS = [round(0.05 * i, 2) for i in range(1, 20)]  # 0.05 .. 0.95
 MAX_MANUAL = 0.08  # the band's ceiling on the validation split (the target is 10 %)
 # where no band meets the targets: a refund auto-classified costs 3, a ticket sent to
@@ -208,6 +209,8 @@ def choose_band(
             meets = tp / max(1, int(y.sum())) >= 0.98 and tp / max(1, tp + fp) >= 0.95
             curve.append({"band": [low, high], "cost": round(cost, 1), "fn": fn, "fp": fp,
                           "manual_review_share": round(manual, 4),
+                          "recall": tp / max(1, int(y.sum())),
+                          "precision": tp / max(1, tp + fp),
                           "meets_targets": meets})  # fmt: skip
     # a band of zero width would take the uncertain band, which the workflow promises, away
     allowed = [
@@ -225,14 +228,44 @@ def choose_band(
     return (best["band"][0], best["band"][1]), curve
 
 
-def band_on_crossfit(step: Step, path: Path | None = None) -> tuple[float, float]:
+def band_on_crossfit(
+    step: Step, path: Path | None = None
+) -> tuple[tuple[float, float], list[dict]]:
     """The band `choose_band` picks on the out-of-fold decisions of `ticketflow eval
-    crossfit`: hand-written tickets that the models deciding them never saw."""
+    crossfit` (hand-written tickets that the models deciding them never saw), and its curve."""
     from . import crossfit
 
     cases, proba, versions, scores, _ = crossfit.load(path or crossfit.OUT)
-    band, _ = choose_band(cases, proba, versions, step, scores)
-    return band
+    return choose_band(cases, proba, versions, step, scores)
+
+
+def plot_bands(curves: dict[str, list[dict]], chosen: tuple[float, float], path: Path) -> None:
+    """Refund recall and after_sales precision of the bands [top - 0.05, top), per set."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for (name, curve), colour in zip(curves.items(), ("tab:blue", "tab:orange"), strict=False):
+        pts = sorted((p for p in curve if round(p["band"][1] - p["band"][0], 2) == 0.05),
+                     key=lambda p: p["band"][1])  # fmt: skip
+        tops = [p["band"][1] for p in pts]
+        ax.plot(tops, [p["recall"] for p in pts], "-o", ms=3, color=colour,
+                label=f"refund recall, {name}")  # fmt: skip
+        ax.plot(tops, [p["precision"] for p in pts], "--s", ms=3, color=colour,
+                label=f"after_sales precision, {name}")  # fmt: skip
+    ax.axhline(0.98, color="grey", lw=0.6)
+    ax.axhline(0.95, color="grey", lw=0.6, ls=":")
+    ax.axvline(chosen[1], color="k", lw=0.8, label=f"chosen band {list(chosen)}")
+    ax.set_xlabel("band top (band = [top - 0.05, top); at or above the top: after_sales)")
+    ax.set_ylim(0.85, 1.0)
+    ax.set_title("the cascade with the intent head: where the band is chosen")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def plot(results: dict, path: Path) -> None:
@@ -353,7 +386,13 @@ def decisions(
     at = workflow_below() if below is None else below
     oof_band = None
     if choose and on == "crossfit":
-        oof_band = band_on_crossfit(step)
+        oof_band, oof_curve = band_on_crossfit(step)
+        proba, versions = scored("cascade", at, [c.text for c in cases], model_dir)
+        if head is not None:
+            scores = intent_scores(cases, proba, versions, head)
+            _, val_curve = choose_band(cases, proba, versions, step, scores)
+            curves = {"out of fold (hand-written)": oof_curve, "validation split": val_curve}
+            plot_bands(curves, oof_band, BANDS_PLOT)
         step, choose = step.model_copy(update={"intent_band": oof_band}), False
     results = run(cases, step, head, at, choose, model_dir, choose_below=below is None)
     if oof_band is not None:
