@@ -29,8 +29,9 @@ import typer
 from schemas.tickets import CATEGORIES
 
 from . import after_sales as ev
+from .decisions import CROSSFIT
 
-OUT = ev.ROOT / "bench" / "results" / "crossfit.json"
+OUT = CROSSFIT  # read back by decisions.load_crossfit
 
 
 def _v1(folder: Path, rows: list[dict]) -> None:
@@ -107,27 +108,6 @@ def run(below: float, sets: list[str] | None = None) -> dict:
             typer.echo(f"{name}: {time.perf_counter() - t:.0f} s", err=True)
     return {"below": below, "folds": folds, "rows": out,
             "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
-
-
-def load(path: Path = OUT) -> tuple[list[ev.Case], np.ndarray, list[str], np.ndarray, float]:
-    """The out-of-fold cases, the cascade's probabilities, versions and intent scores."""
-    from training import earlier_sets
-
-    data = json.loads(path.read_text())
-    by_id = {}
-    for name in data["folds"]:
-        for c in ev.load_cases(earlier_sets.FIXTURES / f"{name}.jsonl"):
-            by_id[(name, c.id)] = c
-    rows = data["rows"]
-    cases = [by_id[(r["set"], r["id"])] for r in rows]
-    proba = np.array([r["proba"] for r in rows])
-    return (
-        cases,
-        proba,
-        [r["version"] for r in rows],
-        np.array([r["intent"] for r in rows]),
-        (data["below"]),
-    )
 
 
 def crossfit(

@@ -30,6 +30,7 @@ ROOT = ev.ROOT
 PLOT = ROOT / "docs" / "img" / "reliability.png"
 RESULT = ROOT / "bench" / "results" / "eval_decisions.json"
 BANDS_PLOT = ROOT / "docs" / "img" / "band_crossfit.png"
+CROSSFIT = ROOT / "bench" / "results" / "crossfit.json"  # `ticketflow eval crossfit` writes it
 BANDS = [round(0.05 * i, 2) for i in range(1, 20)]  # 0.05 .. 0.95
 MAX_MANUAL = 0.08  # the band's ceiling on the validation split (the target is 10 %)
 # where no band meets the targets: a refund auto-classified costs 3, a ticket sent to
@@ -233,10 +234,31 @@ def band_on_crossfit(
 ) -> tuple[tuple[float, float], list[dict]]:
     """The band `choose_band` picks on the out-of-fold decisions of `ticketflow eval
     crossfit` (hand-written tickets that the models deciding them never saw), and its curve."""
-    from . import crossfit
-
-    cases, proba, versions, scores, _ = crossfit.load(path or crossfit.OUT)
+    cases, proba, versions, scores, _ = load_crossfit(path or CROSSFIT)
     return choose_band(cases, proba, versions, step, scores)
+
+
+def load_crossfit(
+    path: Path = CROSSFIT,
+) -> tuple[list[ev.Case], np.ndarray, list[str], np.ndarray, float]:
+    """The out-of-fold cases, the cascade's probabilities, versions and intent scores."""
+    from training import earlier_sets
+
+    data = json.loads(path.read_text())
+    by_id = {}
+    for name in data["folds"]:
+        for c in ev.load_cases(earlier_sets.FIXTURES / f"{name}.jsonl"):
+            by_id[(name, c.id)] = c
+    rows = data["rows"]
+    cases = [by_id[(r["set"], r["id"])] for r in rows]
+    proba = np.array([r["proba"] for r in rows])
+    return (
+        cases,
+        proba,
+        [r["version"] for r in rows],
+        np.array([r["intent"] for r in rows]),
+        data["below"],
+    )
 
 
 def plot_bands(curves: dict[str, list[dict]], chosen: tuple[float, float], path: Path) -> None:

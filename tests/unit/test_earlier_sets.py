@@ -47,8 +47,7 @@ def test_the_crossfit_band_is_chosen_on_out_of_fold_rows_only(tmp_path):
     import numpy as np
 
     from evaluation import after_sales as ev
-    from evaluation import crossfit
-    from evaluation.decisions import band_on_crossfit
+    from evaluation.decisions import band_on_crossfit, load_crossfit
     from schemas.tickets import CATEGORIES
 
     name = earlier_sets.SETS[0]
@@ -63,7 +62,7 @@ def test_the_crossfit_band_is_chosen_on_out_of_fold_rows_only(tmp_path):
                      "intent": 0.9 if request else 0.01})  # fmt: skip
     path = tmp_path / "crossfit.json"
     path.write_text(json.dumps({"below": 0.7, "folds": [name], "rows": rows}))
-    loaded, proba, versions, scores, below = crossfit.load(path)
+    loaded, proba, versions, scores, below = load_crossfit(path)
     assert [c.id for c in loaded] == [c.id for c in cases] and below == 0.7
     assert versions == ["v1"] * len(cases) and scores.shape == (len(cases),)
     # perfectly separated scores: a band between them, sending nobody to people
