@@ -9,7 +9,7 @@ the validation split does not transfer to what people write (docs/blind14.md).
 
 v2's encoder is the served one (never trained here); its embeddings of the corpus rows and
 of every spent set are computed once and shared by the folds, so a fold costs its three
-fits and the head's calibration (~30 s on 2 cores; ~6 min for ten folds).
+fits and the head's calibration (~25 s on 2 cores; ~4.5 min for ten folds).
 
     ticketflow eval crossfit [--out bench/results/crossfit.json] [--set blind14_frozen ...]
 """

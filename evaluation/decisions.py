@@ -230,11 +230,14 @@ def choose_band(
 
 
 def band_on_crossfit(
-    step: Step, path: Path | None = None
+    step: Step, path: Path | None = None, below: float | None = None
 ) -> tuple[tuple[float, float], list[dict]]:
     """The band `choose_band` picks on the out-of-fold decisions of `ticketflow eval
-    crossfit` (hand-written tickets that the models deciding them never saw), and its curve."""
-    cases, proba, versions, scores, _ = load_crossfit(path or CROSSFIT)
+    crossfit` (hand-written tickets that the models deciding them never saw), and its curve.
+    `below`: the cascade's threshold the band is for; the decisions must have been made at it."""
+    cases, proba, versions, scores, at = load_crossfit(path or CROSSFIT)
+    if below is not None and at != below:
+        raise ValueError(f"the out-of-fold decisions are the cascade's at {at}, not {below}")
     return choose_band(cases, proba, versions, step, scores)
 
 
@@ -408,7 +411,14 @@ def decisions(
     at = workflow_below() if below is None else below
     oof_band = None
     if choose and on == "crossfit":
-        oof_band, oof_curve = band_on_crossfit(step)
+        if not CROSSFIT.exists():
+            typer.echo(f"no {CROSSFIT}: run `ticketflow eval crossfit` first")
+            raise typer.Exit(2)
+        try:
+            oof_band, oof_curve = band_on_crossfit(step, CROSSFIT, at)
+        except ValueError as exc:
+            typer.echo(f"{exc}: run `ticketflow eval crossfit --below {at}` first")
+            raise typer.Exit(2) from None
         proba, versions = scored("cascade", at, [c.text for c in cases], model_dir)
         if head is not None:
             scores = intent_scores(cases, proba, versions, head)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from training import earlier_sets, intent
 
 
@@ -66,5 +68,8 @@ def test_the_crossfit_band_is_chosen_on_out_of_fold_rows_only(tmp_path):
     assert [c.id for c in loaded] == [c.id for c in cases] and below == 0.7
     assert versions == ["v1"] * len(cases) and scores.shape == (len(cases),)
     # perfectly separated scores: a band between them, sending nobody to people
-    (low, high), _ = band_on_crossfit(ev.rules_step(), path)
+    (low, high), _ = band_on_crossfit(ev.rules_step(), path, 0.7)
     assert 0.01 < low < high <= 0.9
+    # decisions made at another cascade threshold choose no band for this one
+    with pytest.raises(ValueError, match=re.escape("at 0.7, not 0.8")):
+        band_on_crossfit(ev.rules_step(), path, 0.8)
