@@ -35,14 +35,12 @@ OUT = CROSSFIT  # read back by decisions.load_crossfit
 
 
 def _v1(folder: Path, rows: list[dict]) -> None:
-    from inference_gateway.model import featurize
     from training import train
 
     labels = [CATEGORIES.index(r["category"]) for r in rows]
-    coef, intercept = train.fit([r["text"] for r in rows], labels)
-    folder.mkdir(parents=True)
-    np.savez_compressed(folder / "weights.npz", coef=coef, intercept=intercept,
-                        featurizer_version=np.int64(featurize.VERSION))  # fmt: skip
+    texts = [r["text"] for r in rows]
+    coef, intercept = train.fit(texts, labels)
+    train.export(coef, intercept, folder, texts[:256])  # weights.npz, as version 1's
 
 
 def _v2(folder: Path, rows: list[dict], table: dict[str, np.ndarray]) -> None:
