@@ -169,14 +169,13 @@ class WorkflowEngine:
         return self.topology.later_steps()
 
     def _table(self) -> WriteBehindTable:
-        table = WriteBehindTable(
+        table = faust_adapter.add_table(
             self.app,
+            WriteBehindTable,
             name="ticket_state",
             default=None,
-            beacon=self.app.tables.beacon,
             partitions=self.settings.partitions,
         )
-        self.app.tables.add(table)
         table.write_through(self.producer)
         return table
 

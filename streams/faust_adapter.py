@@ -196,6 +196,12 @@ def set_current_event(event: faust.EventT) -> None:
     _current_event.set(weakref.ref(event))
 
 
+def add_table(app: faust.App, table_class: type[faust.Table], **kwargs: Any) -> Any:
+    """A table of our own class, registered as `app.Table(...)` registers Faust's: with the
+    table manager's beacon, so its changelog recovery is part of the app's."""
+    return app.tables.add(table_class(app, beacon=app.tables.beacon, **kwargs))
+
+
 def tables_recovered(app: faust.App) -> bool:
     """Whether every table is restored from its changelog (the latest rebalance's)."""
     return bool(_internals(app.tables).recovery.completed.is_set())
